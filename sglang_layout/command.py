@@ -1,0 +1,71 @@
+"""The server command line and environment a layout renders to: one place, used by the unit and the checks."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+
+from sglang_layout.schema import ArgValue, Layout
+
+# Spellings of the first-class fields; checked against the installed --help like any other flag.
+PARALLEL_FLAGS = (("tp", "--tp-size"), ("ep", "--ep-size"), ("pp", "--pp-size"), ("dp", "--dp-size"))
+
+
+def _value_tokens(value: ArgValue) -> list[str]:
+    if isinstance(value, list):
+        return [_scalar(item) for item in value]
+    return [_scalar(value)]
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def server_args(layout: Layout, *, model_path: str, port: int, host: str) -> list[str]:
+    """Flags after `python -m sglang.launch_server`, in the field notes' order."""
+    argv = ["--model-path", model_path, "--port", str(port), "--host", host]
+    for field_name, flag in PARALLEL_FLAGS:
+        size = getattr(layout, field_name)
+        if size != 1 or field_name == "tp":
+            argv += [flag, str(size)]
+    for name, value in layout.args.items():
+        if value is None or value is False:
+            continue  # a layout turns a common switch off with false / null
+        argv.append(f"--{name}")
+        if value is not True:
+            argv += _value_tokens(value)
+    return argv
+
+
+def launch_command(python: str, args: list[str]) -> list[str]:
+    return [python, "-m", "sglang.launch_server", *args]
+
+
+def cuda_visible_devices(layout: Layout, first_gpu: int = 0) -> str:
+    """The GPUs a layout uses: the first dp x tp x pp of the host."""
+    return ",".join(str(first_gpu + i) for i in range(layout.gpus_used))
+
+
+def service_environment(
+    layout: Layout, *, venv: str, cuda_home: str, python_version: str, base_env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The unit's environment, as in the field notes: venv's CUDA 13 libraries before the toolkit's."""
+    site = f"{venv}/lib/python{python_version}/site-packages/nvidia"
+    env = {
+        "CUDA_VISIBLE_DEVICES": cuda_visible_devices(layout),
+        "PATH": f"{cuda_home}/bin:{venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LD_LIBRARY_PATH": f"{site}/cu13/lib:{site}/cuda_runtime/lib:{cuda_home}/lib64",
+        "CUDA_HOME": cuda_home,
+    }
+    env.update(base_env or {})
+    env.update(layout.env)
+    return env
+
+
+def shell_line(argv: list[str]) -> str:
+    return shlex.join(argv)

@@ -1,0 +1,204 @@
+"""The installed SGLang's own word on its flags: parse `--help`, check a command line against it.
+
+SGLang's launcher is argparse with abbreviations allowed, so a flag that is
+merely a prefix of real ones is accepted when it is unique and refused as
+ambiguous otherwise (0.5.23 refuses `--cuda-graph-max-bs`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_layout.findings import Finding
+
+# An option line in argparse help is indented by exactly two spaces; help text
+# wrapped under it is indented further.
+_OPTION_LINE = re.compile(r"^ {2}(-[^ ].*)$")
+_HELP_SEPARATOR = re.compile(r" {2,}")
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    names: tuple[str, ...]
+    takes_value: bool
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def canonical(self) -> str:
+        return self.names[0]
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    version: str
+    options: tuple[FlagSpec, ...]
+    by_name: dict[str, FlagSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {name: spec for spec in self.options for name in spec.names})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sglang_version": self.version,
+            "options": [
+                {"names": list(spec.names), "takes_value": spec.takes_value,
+                 "choices": list(spec.choices) if spec.choices is not None else None}
+                for spec in self.options
+            ],
+        }
+
+
+def table_from_json(data: Mapping[str, Any]) -> FlagTable:
+    """A table as saved by `FlagTable.to_json` (or the shared 0.5.23 reference)."""
+    try:
+        options = tuple(
+            FlagSpec(
+                names=tuple(item["names"]),
+                takes_value=bool(item["takes_value"]),
+                choices=tuple(item["choices"]) if item.get("choices") is not None else None,
+            )
+            for item in data["options"]
+        )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a flag table (expected options[].names/takes_value/choices): {exc}") from exc
+    return FlagTable(version=str(data.get("sglang_version", "unknown")), options=options)
+
+
+def _split_invocation(invocation: str) -> list[str]:
+    """Split '--a A, --b {x,y}' at the ', ' between option strings (never inside braces)."""
+    parts, depth, current = [], 0, []
+    i = 0
+    while i < len(invocation):
+        char = invocation[i]
+        if char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+        if depth == 0 and invocation.startswith(", -", i):
+            parts.append("".join(current))
+            current = []
+            i += 2
+            continue
+        current.append(char)
+        i += 1
+    parts.append("".join(current))
+    return parts
+
+
+def _parse_option_line(line: str) -> FlagSpec | None:
+    match = _OPTION_LINE.match(line)
+    if not match:
+        return None
+    invocation = _HELP_SEPARATOR.split(match.group(1), maxsplit=1)[0]
+    names: list[str] = []
+    takes_value = False
+    choices: tuple[str, ...] | None = None
+    for part in _split_invocation(invocation):
+        name, _, metavar = part.strip().partition(" ")
+        if not name.startswith("-"):
+            return None
+        names.append(name)
+        if metavar:
+            takes_value = True
+            brace = re.match(r"\[?\{([^}]*)\}", metavar)
+            if brace:
+                choices = tuple(brace.group(1).split(","))
+    return FlagSpec(names=tuple(names), takes_value=takes_value, choices=choices)
+
+
+def parse_help(text: str, version: str = "unknown") -> FlagTable:
+    """Parse argparse `--help` output into a flag table (usage lines are skipped)."""
+    options = [spec for line in text.splitlines() if (spec := _parse_option_line(line))]
+    if not options:
+        raise ValueError("no options found: this does not look like argparse --help output")
+    return FlagTable(version=version, options=tuple(options))
+
+
+def load_table(text: str, version: str = "unknown") -> FlagTable:
+    """A flag table from either its JSON form or raw `--help` text."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return table_from_json(json.loads(stripped))
+    return parse_help(text, version)
+
+
+def resolve(table: FlagTable, option: str) -> tuple[FlagSpec | None, list[FlagSpec]]:
+    """What argparse would make of `option`: (exact or unique-prefix spec, all prefix candidates)."""
+    if option in table.by_name:
+        return table.by_name[option], []
+    if not option.startswith("--"):
+        return None, []
+    candidates: dict[str, FlagSpec] = {}
+    for name, spec in table.by_name.items():
+        if name.startswith(option):
+            candidates[spec.canonical] = spec
+    found = list(candidates.values())
+    if len(found) == 1:
+        return found[0], found
+    return None, found
+
+
+def _suggest(table: FlagTable, option: str) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(option, list(table.by_name), n=3, cutoff=0.75)
+
+
+def check_argv(argv: Sequence[str], table: FlagTable) -> list[Finding]:
+    """Check a rendered server command line (flags and values, no program name)."""
+    findings: list[Finding] = []
+    where = f"SGLang {table.version}"
+    i = 0
+    while i < len(argv):
+        option = argv[i]
+        i += 1
+        if not option.startswith("-"):
+            findings.append(Finding.error("flags", f"stray value {option!r} with no flag before it", "check the args of the layout"))
+            continue
+        values: list[str] = []
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        spec, candidates = resolve(table, option)
+        if spec is None and candidates:
+            spellings = ", ".join(sorted(name for c in candidates for name in c.names if name.startswith(option)))
+            findings.append(Finding.error(
+                "flags", f"{option} is ambiguous in {where}: it could match {spellings}; argparse refuses to start",
+                f"write one of {spellings} in full",
+            ))
+            continue
+        if spec is None:
+            close = _suggest(table, option)
+            findings.append(Finding.error(
+                "flags", f"{option} is not a flag of {where}",
+                f"did you mean {' or '.join(close)}?" if close else f"remove it; `python -m sglang.launch_server --help` lists what {where} accepts",
+            ))
+            continue
+        if option not in spec.names:
+            findings.append(Finding.warning(
+                "flags", f"{option} is only an abbreviation of {spec.canonical} in {where}; a later version may make it ambiguous",
+                f"write {spec.canonical}",
+            ))
+        if spec.takes_value and not values:
+            findings.append(Finding.error("flags", f"{option} needs a value in {where}", f"give it a value, e.g. {option.lstrip('-')}: VALUE"))
+        elif not spec.takes_value and values:
+            findings.append(Finding.error(
+                "flags", f"{option} is a switch in {where} and takes no value (got {' '.join(values)})",
+                f"write {option.lstrip('-')}: true (or false to leave it out)",
+            ))
+        elif spec.choices is not None:
+            bad = [value for value in values if value not in spec.choices]
+            if bad:
+                findings.append(Finding.error(
+                    "flags", f"{option} {bad[0]} is an invalid choice in {where}",
+                    f"choose one of {', '.join(spec.choices)}",
+                ))
+    return findings
+
+
+def flag_names(table: FlagTable) -> Iterable[str]:
+    return table.by_name.keys()

@@ -1,0 +1,117 @@
+"""Preflight: every rule over a layout, with the host's and the model's facts, into one verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_layout import command, flags, memory, parallel
+from sglang_layout.findings import Finding
+from sglang_layout.model_size import ModelConfigError, ModelWeights, model_weights
+from sglang_layout.schema import Layout
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the checks know about the host, the model and the installed SGLang."""
+
+    gpu_count: int | None = None
+    gpu_memory_gib: float | None = None
+    model_config: Mapping[str, Any] | None = None
+    model_index: Mapping[str, Any] | None = None
+    flag_table: flags.FlagTable | None = None
+    model_path: str = "/models/model"
+    port: int = 30000
+    host: str = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    layout: Layout
+    argv: list[str]
+    findings: list[Finding]
+    fit: memory.MemoryFit | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    @property
+    def moe_tp_width(self) -> int:
+        return parallel.moe_tp_width(self.layout)
+
+    def summary(self) -> str:
+        if self.ok:
+            return "ok" if not self.warnings else "ok (warnings)"
+        return "REJECTED: " + "; ".join(f.text() for f in self.errors)
+
+    def to_dict(self) -> dict[str, Any]:
+        fit = self.fit
+        return {
+            "layout": self.layout.name,
+            "ok": self.ok,
+            "gpus_used": self.layout.gpus_used,
+            "moe_tp_width": self.moe_tp_width,
+            "tp": self.layout.tp, "ep": self.layout.ep, "pp": self.layout.pp, "dp": self.layout.dp,
+            "weights_per_gpu_gib": round(fit.weights_per_gpu_gib, 2) if fit else None,
+            "usable_per_gpu_gib": round(fit.usable_per_gpu_gib, 2) if fit else None,
+            "headroom_gib": round(fit.headroom_gib, 2) if fit else None,
+            "kv_tokens": fit.kv_tokens if fit else None,
+            "argv": self.argv,
+            "findings": [f.to_dict() for f in self.findings],
+            "skipped": self.skipped,
+            "summary": self.summary(),
+        }
+
+
+def _weights(facts: Facts) -> tuple[ModelWeights | None, list[Finding]]:
+    if facts.model_config is None:
+        return None, []
+    try:
+        return model_weights(facts.model_config, facts.model_index), []
+    except ModelConfigError as exc:
+        return None, [Finding.warning("memory", f"memory fit not checked: {exc}")]
+
+
+def check_layout(layout: Layout, facts: Facts, weights: ModelWeights | None = None) -> Verdict:
+    """All rules for one layout. `weights` may be passed in to estimate once for many layouts."""
+    findings: list[Finding] = []
+    skipped: list[str] = []
+    if weights is None:
+        weights, notes = _weights(facts)
+        findings += notes
+    argv = command.server_args(layout, model_path=facts.model_path, port=facts.port, host=facts.host)
+    findings += parallel.check_parallel(layout, facts.gpu_count, weights.routed_experts if weights else None)
+    fit = None
+    if weights is not None and facts.gpu_memory_gib:
+        fit = memory.memory_fit(weights, layout, facts.gpu_memory_gib)
+        findings += memory.check_memory(fit, layout, facts.gpu_count)
+    else:
+        skipped.append("memory fit (needs the model's config.json and GPU memory)")
+    if facts.flag_table is not None:
+        findings += flags.check_argv(argv, facts.flag_table)
+    else:
+        skipped.append("flags (needs the installed SGLang's flag table)")
+    if facts.gpu_count is None:
+        skipped.append("GPU count")
+    return Verdict(layout=layout, argv=argv, findings=findings, fit=fit, skipped=skipped)
+
+
+def check_all(layouts: Mapping[str, Layout], facts: Facts) -> list[Verdict]:
+    weights, notes = _weights(facts)
+    verdicts = []
+    for layout in layouts.values():
+        verdict = check_layout(layout, facts, weights)
+        verdict.findings[:0] = notes
+        verdicts.append(verdict)
+    return verdicts

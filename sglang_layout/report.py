@@ -1,0 +1,53 @@
+"""Human-readable preflight output: one line per layout, then the reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sglang_layout.preflight import Verdict
+
+HEADERS = ("layout", "tp", "ep", "pp", "dp", "GPUs", "MoE TP", "weights/GPU", "usable/GPU", "headroom", "KV tokens", "verdict")
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} GiB"
+
+
+def table_rows(verdicts: Sequence[Verdict]) -> list[tuple[str, ...]]:
+    rows = []
+    for v in verdicts:
+        fit = v.fit
+        verdict = "ok" if v.ok else "REJECTED (" + ", ".join(sorted({f.rule for f in v.errors})) + ")"
+        if v.ok and v.warnings:
+            verdict = "ok, " + ", ".join(sorted({f.rule for f in v.warnings})) + " warning"
+        rows.append((
+            v.layout.name, str(v.layout.tp), str(v.layout.ep), str(v.layout.pp), str(v.layout.dp),
+            str(v.layout.gpus_used), str(v.moe_tp_width),
+            _gib(fit.weights_per_gpu_gib if fit else None), _gib(fit.usable_per_gpu_gib if fit else None),
+            _gib(fit.headroom_gib if fit else None), f"{fit.kv_tokens:,}" if fit else "-", verdict,
+        ))
+    return rows
+
+
+def format_table(verdicts: Sequence[Verdict]) -> str:
+    rows = [HEADERS, *table_rows(verdicts)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def format_reasons(verdicts: Sequence[Verdict], *, include_info: bool = False) -> str:
+    lines = []
+    for v in verdicts:
+        for finding in v.findings:
+            if include_info or finding.severity != "info":
+                lines.append(f"{v.layout.name}: {finding.severity}: {finding.text()}")
+    skipped = dict.fromkeys(what for v in verdicts for what in v.skipped)
+    lines += [f"not checked: {what}" for what in skipped]
+    return "\n".join(lines)
+
+
+def format_report(verdicts: Sequence[Verdict]) -> str:
+    reasons = format_reasons(verdicts)
+    return format_table(verdicts) + ("\n\n" + reasons if reasons else "")
