@@ -21,8 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sglang_layout", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     pre = sub.add_parser("preflight", help="check layouts before launching them")
-    pre.add_argument("--group-vars", type=Path, action="append",
-                     help=f"YAML vars file(s) with sglang_layouts (default {DEFAULT_GROUP_VARS})")
+    pre.add_argument(
+        "--group-vars", type=Path, action="append", help=f"YAML vars file(s) with sglang_layouts (default {DEFAULT_GROUP_VARS})"
+    )
     pre.add_argument("--layout", help="the layout to decide on (exit 1 when rejected); all are tabled either way")
     pre.add_argument("--gpu-count", type=int, help="GPUs on the host (default: sglang_gpu_count)")
     pre.add_argument("--gpu-memory-gib", type=float, help="memory per GPU in GiB (default: sglang_gpu_memory_gib)")

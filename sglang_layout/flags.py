@@ -45,8 +45,11 @@ class FlagTable:
         return {
             "sglang_version": self.version,
             "options": [
-                {"names": list(spec.names), "takes_value": spec.takes_value,
-                 "choices": list(spec.choices) if spec.choices is not None else None}
+                {
+                    "names": list(spec.names),
+                    "takes_value": spec.takes_value,
+                    "choices": list(spec.choices) if spec.choices is not None else None,
+                }
                 for spec in self.options
             ],
         }
@@ -157,7 +160,9 @@ def check_argv(argv: Sequence[str], table: FlagTable) -> list[Finding]:
         option = argv[i]
         i += 1
         if not option.startswith("-"):
-            findings.append(Finding.error("flags", f"stray value {option!r} with no flag before it", "check the args of the layout"))
+            findings.append(
+                Finding.error("flags", f"stray value {option!r} with no flag before it", "check the args of the layout")
+            )
             continue
         values: list[str] = []
         while i < len(argv) and not argv[i].startswith("--"):
@@ -166,37 +171,56 @@ def check_argv(argv: Sequence[str], table: FlagTable) -> list[Finding]:
         spec, candidates = resolve(table, option)
         if spec is None and candidates:
             spellings = ", ".join(sorted(name for c in candidates for name in c.names if name.startswith(option)))
-            findings.append(Finding.error(
-                "flags", f"{option} is ambiguous in {where}: it could match {spellings}; argparse refuses to start",
-                f"write one of {spellings} in full",
-            ))
+            findings.append(
+                Finding.error(
+                    "flags",
+                    f"{option} is ambiguous in {where}: it could match {spellings}; argparse refuses to start",
+                    f"write one of {spellings} in full",
+                )
+            )
             continue
         if spec is None:
             close = _suggest(table, option)
-            findings.append(Finding.error(
-                "flags", f"{option} is not a flag of {where}",
-                f"did you mean {' or '.join(close)}?" if close else f"remove it; `python -m sglang.launch_server --help` lists what {where} accepts",
-            ))
+            findings.append(
+                Finding.error(
+                    "flags",
+                    f"{option} is not a flag of {where}",
+                    f"did you mean {' or '.join(close)}?"
+                    if close
+                    else f"remove it; `python -m sglang.launch_server --help` lists what {where} accepts",
+                )
+            )
             continue
         if option not in spec.names:
-            findings.append(Finding.warning(
-                "flags", f"{option} is only an abbreviation of {spec.canonical} in {where}; a later version may make it ambiguous",
-                f"write {spec.canonical}",
-            ))
+            findings.append(
+                Finding.warning(
+                    "flags",
+                    f"{option} is only an abbreviation of {spec.canonical} in {where}; a later version may make it ambiguous",
+                    f"write {spec.canonical}",
+                )
+            )
         if spec.takes_value and not values:
-            findings.append(Finding.error("flags", f"{option} needs a value in {where}", f"give it a value, e.g. {option.lstrip('-')}: VALUE"))
+            findings.append(
+                Finding.error("flags", f"{option} needs a value in {where}", f"give it a value, e.g. {option.lstrip('-')}: VALUE")
+            )
         elif not spec.takes_value and values:
-            findings.append(Finding.error(
-                "flags", f"{option} is a switch in {where} and takes no value (got {' '.join(values)})",
-                f"write {option.lstrip('-')}: true (or false to leave it out)",
-            ))
+            findings.append(
+                Finding.error(
+                    "flags",
+                    f"{option} is a switch in {where} and takes no value (got {' '.join(values)})",
+                    f"write {option.lstrip('-')}: true (or false to leave it out)",
+                )
+            )
         elif spec.choices is not None:
             bad = [value for value in values if value not in spec.choices]
             if bad:
-                findings.append(Finding.error(
-                    "flags", f"{option} {bad[0]} is an invalid choice in {where}",
-                    f"choose one of {', '.join(spec.choices)}",
-                ))
+                findings.append(
+                    Finding.error(
+                        "flags",
+                        f"{option} {bad[0]} is an invalid choice in {where}",
+                        f"choose one of {', '.join(spec.choices)}",
+                    )
+                )
     return findings
 
 

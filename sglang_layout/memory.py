@@ -14,19 +14,26 @@ from sglang_layout.model_size import GIB, ModelWeights, pp_stage_layers
 from sglang_layout.schema import Layout
 
 DEFAULT_MEM_FRACTION = 0.85  # used only when the layout does not set mem-fraction-static
-KV_DTYPE_BYTES = {"fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "mxfp8": 1.0 + 1 / 32,
-                  "fp4_mx_block16": 0.5 + 1 / 16, "nvfp4": 0.5 + 1 / 16, "bf16": 2.0, "bfloat16": 2.0}
+KV_DTYPE_BYTES = {
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "mxfp8": 1.0 + 1 / 32,
+    "fp4_mx_block16": 0.5 + 1 / 16,
+    "nvfp4": 0.5 + 1 / 16,
+    "bf16": 2.0,
+    "bfloat16": 2.0,
+}
 
 
 @dataclass(frozen=True)
 class MemoryFit:
     gpus_used: int
     weights_total_gib: float
-    weights_per_gpu_gib: float      # the fullest GPU (worst pipeline stage)
-    usable_per_gpu_gib: float       # GPU memory x mem-fraction-static
+    weights_per_gpu_gib: float  # the fullest GPU (worst pipeline stage)
+    usable_per_gpu_gib: float  # GPU memory x mem-fraction-static
     mem_fraction: float
     gpu_memory_gib: float
-    kv_tokens: int                  # KV cache tokens that fit on the tightest GPU
+    kv_tokens: int  # KV cache tokens that fit on the tightest GPU
     kv_bytes_per_token: float
 
     @property
@@ -83,9 +90,7 @@ def memory_fit(weights: ModelWeights, layout: Layout, gpu_memory_gib: float) -> 
     per_token_layer = kv_bytes_per_token_layer(weights, layout)
     stages = stage_bytes(weights, layout)
     worst = max(b for b, _ in stages)
-    kv_tokens = min(
-        (int(max(usable - b, 0) / (per_token_layer * n)) if per_token_layer and n else 0) for b, n in stages
-    )
+    kv_tokens = min((int(max(usable - b, 0) / (per_token_layer * n)) if per_token_layer and n else 0) for b, n in stages)
     worst_layers = max((n for _, n in stages), default=0)
     return MemoryFit(
         gpus_used=layout.gpus_used,
@@ -112,32 +117,41 @@ def check_memory(fit: MemoryFit, layout: Layout, gpu_count: int | None = None) -
             tp = gpu_count // (layout.dp * layout.pp)
             ep = f", ep {layout.ep}" if layout.ep > 1 and tp % layout.ep == 0 else ""
             more = f"on {gpu_count} GPUs write tp {tp}{ep}; or "
-        findings.append(Finding.error(
-            "memory",
-            f"{layout.name} uses {fit.gpus_used} GPUs; {numbers}: it will run out of memory loading the weights",
-            f"{more}raise mem-fraction-static if activations allow, or use a smaller quantization",
-        ))
+        findings.append(
+            Finding.error(
+                "memory",
+                f"{layout.name} uses {fit.gpus_used} GPUs; {numbers}: it will run out of memory loading the weights",
+                f"{more}raise mem-fraction-static if activations allow, or use a smaller quantization",
+            )
+        )
         return findings
     if layout.arg("mem-fraction-static") is None:
-        findings.append(Finding.info(
-            "memory", f"{layout.name}: mem-fraction-static not set; assumed {DEFAULT_MEM_FRACTION} for the estimate",
-            "set mem-fraction-static in sglang_common_args to make the estimate exact",
-        ))
+        findings.append(
+            Finding.info(
+                "memory",
+                f"{layout.name}: mem-fraction-static not set; assumed {DEFAULT_MEM_FRACTION} for the estimate",
+                "set mem-fraction-static in sglang_common_args to make the estimate exact",
+            )
+        )
     context = int(_float_arg(layout, "context-length", 0))
     running = int(_float_arg(layout, "max-running-requests", 0))
     if context and fit.kv_tokens < context:
-        findings.append(Finding.warning(
-            "kv-cache",
-            f"{layout.name}: only ~{fit.kv_tokens:,} KV-cache tokens fit after the weights "
-            f"({fit.headroom_gib:.1f} GiB per GPU), less than one context-length {context:,} request",
-            "lower context-length, raise mem-fraction-static, or use more GPUs",
-        ))
+        findings.append(
+            Finding.warning(
+                "kv-cache",
+                f"{layout.name}: only ~{fit.kv_tokens:,} KV-cache tokens fit after the weights "
+                f"({fit.headroom_gib:.1f} GiB per GPU), less than one context-length {context:,} request",
+                "lower context-length, raise mem-fraction-static, or use more GPUs",
+            )
+        )
     elif context and running and running * context > fit.kv_tokens:
-        findings.append(Finding.warning(
-            "kv-cache",
-            f"{layout.name}: max-running-requests {running} x context-length {context:,} = {running * context:,} tokens, "
-            f"but ~{fit.kv_tokens:,} KV-cache tokens fit; long requests will queue at high concurrency",
-            f"expect at most ~{max(fit.kv_tokens // context, 1)} full-context requests at once, "
-            "or choose a smaller kv-cache-dtype",
-        ))
+        findings.append(
+            Finding.warning(
+                "kv-cache",
+                f"{layout.name}: max-running-requests {running} x context-length {context:,} = {running * context:,} tokens, "
+                f"but ~{fit.kv_tokens:,} KV-cache tokens fit; long requests will queue at high concurrency",
+                f"expect at most ~{max(fit.kv_tokens // context, 1)} full-context requests at once, "
+                "or choose a smaller kv-cache-dtype",
+            )
+        )
     return findings

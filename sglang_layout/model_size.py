@@ -17,8 +17,15 @@ from typing import Any
 
 GIB = 1024**3
 
-DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "half": 2.0, "float32": 4.0, "float": 4.0,
-               "float8_e4m3fn": 1.0, "float8_e5m2": 1.0}
+DTYPE_BYTES = {
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "half": 2.0,
+    "float32": 4.0,
+    "float": 4.0,
+    "float8_e4m3fn": 1.0,
+    "float8_e5m2": 1.0,
+}
 
 # Parts that quantization methods may touch; embeddings, router and norms stay in the base dtype.
 QUANTIZABLE = ("attention", "dense_mlp", "shared_experts", "routed_experts")
@@ -30,9 +37,9 @@ class ModelConfigError(ValueError):
 
 @dataclass(frozen=True)
 class LayerBytes:
-    sharded: float      # split over the TP group (attention heads, MLP columns)
-    replicated: float   # held whole by every TP rank (MLA's down-projections, router)
-    experts: float      # routed experts: spread over the TP group by EP x MoE-TP
+    sharded: float  # split over the TP group (attention heads, MLP columns)
+    replicated: float  # held whole by every TP rank (MLA's down-projections, router)
+    experts: float  # routed experts: spread over the TP group by EP x MoE-TP
 
 
 @dataclass(frozen=True)
@@ -44,22 +51,24 @@ class ModelWeights:
     embed: float
     lm_head: float
     routed_experts: int | None
-    kv_values_per_token_layer: int     # MLA: latent + rope; GQA: 2 x kv_heads x head_dim
-    kv_heads: int | None               # None for MLA (latent replicated on every TP rank)
+    kv_values_per_token_layer: int  # MLA: latent + rope; GQA: 2 x kv_heads x head_dim
+    kv_heads: int | None  # None for MLA (latent replicated on every TP rank)
     head_dim: int | None
     dtype_bytes: float
-    source: str                        # "estimate from config.json" or "index total_size"
+    source: str  # "estimate from config.json" or "index total_size"
     notes: tuple[str, ...] = ()
 
     @property
     def total(self) -> float:
-        return self.embed + self.lm_head + sum(l.sharded + l.replicated + l.experts for l in self.layers)
+        return self.embed + self.lm_head + sum(layer.sharded + layer.replicated + layer.experts for layer in self.layers)
 
     def scaled_to(self, total_bytes: float, source: str) -> ModelWeights:
         factor = total_bytes / self.total if self.total else 1.0
         return replace(
             self,
-            layers=tuple(LayerBytes(l.sharded * factor, l.replicated * factor, l.experts * factor) for l in self.layers),
+            layers=tuple(
+                LayerBytes(layer.sharded * factor, layer.replicated * factor, layer.experts * factor) for layer in self.layers
+            ),
             embed=self.embed * factor,
             lm_head=self.lm_head * factor,
             source=source,
@@ -70,9 +79,9 @@ class ModelWeights:
 class QuantScheme:
     method: str
     base_bytes: float
-    quant_bytes: float                  # bytes per parameter of a quantized weight, scales included
+    quant_bytes: float  # bytes per parameter of a quantized weight, scales included
     ignore: tuple[str, ...] = ()
-    match: str = "substring"            # how `ignore` entries match module names
+    match: str = "substring"  # how `ignore` entries match module names
 
     def bytes_for(self, part: str, module: str) -> float:
         if self.method == "none" or part not in QUANTIZABLE or self._ignored(module):
@@ -94,8 +103,10 @@ def _get(cfg: Mapping[str, Any], *keys: str, default: Any = ...) -> Any:
         if cfg.get(key) is not None:
             return cfg[key]
     if default is ...:
-        raise ModelConfigError(f"config.json has no {' / '.join(keys)}: cannot estimate the weights; "
-                               "add model.safetensors.index.json beside it, or fix the config")
+        raise ModelConfigError(
+            f"config.json has no {' / '.join(keys)}: cannot estimate the weights; "
+            "add model.safetensors.index.json beside it, or fix the config"
+        )
     return default
 
 
@@ -145,12 +156,12 @@ def quant_scheme(cfg: Mapping[str, Any]) -> QuantScheme:
         bits = int(weights.get("num_bits", 8))
         kind = weights.get("type", "int")
         strategy = weights.get("strategy", "tensor")
-        if kind == "float" and bits == 4:      # nvfp4: one fp8 scale per 16 values
+        if kind == "float" and bits == 4:  # nvfp4: one fp8 scale per 16 values
             per = 0.5 + 1 / 16
         elif strategy == "group":
             zero_bits = 0.0 if weights.get("symmetric", True) else bits
             per = bits / 8 + _group_overhead(weights.get("group_size"), 2.0, zero_bits, hidden)
-        else:                                   # per-channel or per-tensor scales are negligible
+        else:  # per-channel or per-tensor scales are negligible
             per = bits / 8 + 4.0 / hidden
         return QuantScheme("compressed-tensors", base, per, tuple(q.get("ignore") or ()), "compressed-tensors")
     if method in ("awq", "gptq"):

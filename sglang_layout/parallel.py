@@ -29,17 +29,22 @@ def largest_tp(gpu_count: int, layout: Layout) -> int:
 def check_gpu_count(layout: Layout, gpu_count: int) -> list[Finding]:
     used = layout.gpus_used
     if used > gpu_count:
-        return [Finding.error(
-            "gpus",
-            f"{layout.name} needs dp {layout.dp} x tp {layout.tp} x pp {layout.pp} = {used} GPUs, the host has {gpu_count}",
-            f"make dp x tp x pp at most {gpu_count}",
-        )]
+        return [
+            Finding.error(
+                "gpus",
+                f"{layout.name} needs dp {layout.dp} x tp {layout.tp} x pp {layout.pp} = {used} GPUs, the host has {gpu_count}",
+                f"make dp x tp x pp at most {gpu_count}",
+            )
+        ]
     if used < gpu_count:
-        return [Finding.info(
-            "gpus",
-            f"{layout.name} uses {used} of the host's {gpu_count} GPUs (GPUs used = dp x tp x pp; ep adds none)",
-            f"to use all {gpu_count}, write tp {largest_tp(gpu_count, layout)}" + (f", ep {layout.ep}" if layout.ep > 1 else ""),
-        )]
+        return [
+            Finding.info(
+                "gpus",
+                f"{layout.name} uses {used} of the host's {gpu_count} GPUs (GPUs used = dp x tp x pp; ep adds none)",
+                f"to use all {gpu_count}, write tp {largest_tp(gpu_count, layout)}"
+                + (f", ep {layout.ep}" if layout.ep > 1 else ""),
+            )
+        ]
     return []
 
 
@@ -54,11 +59,13 @@ def _nested_fix(layout: Layout, gpu_count: int | None) -> str:
 def check_ep_divides_tp(layout: Layout, gpu_count: int | None = None) -> list[Finding]:
     if layout.tp % layout.ep == 0:
         return []
-    return [Finding.error(
-        "ep-divides-tp",
-        f"{layout.name}: ep {layout.ep} does not divide tp {layout.tp}",
-        _nested_fix(layout, gpu_count),
-    )]
+    return [
+        Finding.error(
+            "ep-divides-tp",
+            f"{layout.name}: ep {layout.ep} does not divide tp {layout.tp}",
+            _nested_fix(layout, gpu_count),
+        )
+    ]
 
 
 def moe_tp_width(layout: Layout) -> int:
@@ -71,18 +78,22 @@ def check_moe_tp_width(layout: Layout, gpu_count: int | None = None) -> list[Fin
     moe_dp = _int_arg(layout, "moe-dp-size", 1)
     width = moe_tp_width(layout)
     if width < 1:
-        return [Finding.error(
-            "moe-tp-width",
-            f"{layout.name}: MoE TP width tp // ep // moe_dp = {layout.tp} // {layout.ep} // {moe_dp} = {width}; "
-            "SGLang crashes with ZeroDivisionError at start-up",
-            _nested_fix(layout, gpu_count),
-        )]
+        return [
+            Finding.error(
+                "moe-tp-width",
+                f"{layout.name}: MoE TP width tp // ep // moe_dp = {layout.tp} // {layout.ep} // {moe_dp} = {width}; "
+                "SGLang crashes with ZeroDivisionError at start-up",
+                _nested_fix(layout, gpu_count),
+            )
+        ]
     if layout.tp % layout.ep == 0 and (layout.tp // layout.ep) % moe_dp != 0:
-        return [Finding.error(
-            "moe-tp-width",
-            f"{layout.name}: moe-dp-size {moe_dp} does not divide tp / ep = {layout.tp // layout.ep}",
-            "choose moe-dp-size among the divisors of tp / ep",
-        )]
+        return [
+            Finding.error(
+                "moe-tp-width",
+                f"{layout.name}: moe-dp-size {moe_dp} does not divide tp / ep = {layout.tp // layout.ep}",
+                "choose moe-dp-size among the divisors of tp / ep",
+            )
+        ]
     return []
 
 
@@ -93,65 +104,77 @@ def check_moe_dense_tp(layout: Layout) -> list[Finding]:
     dense = _int_arg(layout, "moe-dense-tp-size", -1)
     if dense in (1, layout.tp):
         return []
-    return [Finding.error(
-        "moe-dense-tp",
-        f"{layout.name}: moe-dense-tp-size {value} must be unset, 1 or tp ({layout.tp})",
-        "remove moe-dense-tp-size or set it to 1",
-    )]
+    return [
+        Finding.error(
+            "moe-dense-tp",
+            f"{layout.name}: moe-dense-tp-size {value} must be unset, 1 or tp ({layout.tp})",
+            "remove moe-dense-tp-size or set it to 1",
+        )
+    ]
 
 
 def check_a2a_backend(layout: Layout) -> list[Finding]:
     backend = layout.arg("moe-a2a-backend")
     if backend in (None, "none") or layout.ep == layout.tp:
         return []
-    return [Finding.error(
-        "a2a-backend",
-        f"{layout.name}: moe-a2a-backend {backend} runs EP over the whole TP group (ep = tp); "
-        f"SGLang would silently turn ep {layout.ep} into {layout.tp}, so the command would not say what runs",
-        f"set ep: {layout.tp}, or drop moe-a2a-backend",
-    )]
+    return [
+        Finding.error(
+            "a2a-backend",
+            f"{layout.name}: moe-a2a-backend {backend} runs EP over the whole TP group (ep = tp); "
+            f"SGLang would silently turn ep {layout.ep} into {layout.tp}, so the command would not say what runs",
+            f"set ep: {layout.tp}, or drop moe-a2a-backend",
+        )
+    ]
 
 
 def check_moe_runner(layout: Layout) -> list[Finding]:
     runner = layout.arg("moe-runner-backend")
     if runner not in EP_ALL_OR_NOTHING_RUNNERS or layout.ep in (1, layout.tp):
         return []
-    return [Finding.error(
-        "moe-runner",
-        f"{layout.name}: moe-runner-backend {runner} needs ep 1 or ep = tp ({layout.tp}), not {layout.ep}",
-        f"set ep to 1 or {layout.tp}, or choose another runner",
-    )]
+    return [
+        Finding.error(
+            "moe-runner",
+            f"{layout.name}: moe-runner-backend {runner} needs ep 1 or ep = tp ({layout.tp}), not {layout.ep}",
+            f"set ep to 1 or {layout.tp}, or choose another runner",
+        )
+    ]
 
 
 def check_nnodes(layout: Layout) -> list[Finding]:
     nnodes = _int_arg(layout, "nnodes", 1)
     if nnodes >= 1 and (layout.tp * layout.pp) % nnodes == 0:
         return []
-    return [Finding.error(
-        "nnodes",
-        f"{layout.name}: tp x pp = {layout.tp * layout.pp} is not divisible by nnodes {nnodes}",
-        "make tp x pp a multiple of nnodes",
-    )]
+    return [
+        Finding.error(
+            "nnodes",
+            f"{layout.name}: tp x pp = {layout.tp * layout.pp} is not divisible by nnodes {nnodes}",
+            "make tp x pp a multiple of nnodes",
+        )
+    ]
 
 
 def check_experts_divisible(layout: Layout, routed_experts: int | None) -> list[Finding]:
     if not routed_experts or routed_experts % layout.ep == 0:
         return []
-    return [Finding.error(
-        "experts-divisible",
-        f"{layout.name}: {routed_experts} routed experts cannot be split evenly {layout.ep} ways",
-        f"choose ep among the divisors of {routed_experts} that divide tp {layout.tp}",
-    )]
+    return [
+        Finding.error(
+            "experts-divisible",
+            f"{layout.name}: {routed_experts} routed experts cannot be split evenly {layout.ep} ways",
+            f"choose ep among the divisors of {routed_experts} that divide tp {layout.tp}",
+        )
+    ]
 
 
 def check_deprecated(layout: Layout) -> list[Finding]:
     if layout.arg("enable-dp-attention") is None:
         return []
-    return [Finding.warning(
-        "deprecated",
-        f"{layout.name}: --enable-dp-attention is deprecated in recent SGLang",
-        "use attn-dp-size instead",
-    )]
+    return [
+        Finding.warning(
+            "deprecated",
+            f"{layout.name}: --enable-dp-attention is deprecated in recent SGLang",
+            "use attn-dp-size instead",
+        )
+    ]
 
 
 def check_parallel(layout: Layout, gpu_count: int | None, routed_experts: int | None) -> list[Finding]:

@@ -20,12 +20,22 @@ def table_rows(verdicts: Sequence[Verdict]) -> list[tuple[str, ...]]:
         verdict = "ok" if v.ok else "REJECTED (" + ", ".join(sorted({f.rule for f in v.errors})) + ")"
         if v.ok and v.warnings:
             verdict = "ok, " + ", ".join(sorted({f.rule for f in v.warnings})) + " warning"
-        rows.append((
-            v.layout.name, str(v.layout.tp), str(v.layout.ep), str(v.layout.pp), str(v.layout.dp),
-            str(v.layout.gpus_used), str(v.moe_tp_width),
-            _gib(fit.weights_per_gpu_gib if fit else None), _gib(fit.usable_per_gpu_gib if fit else None),
-            _gib(fit.headroom_gib if fit else None), f"{fit.kv_tokens:,}" if fit else "-", verdict,
-        ))
+        rows.append(
+            (
+                v.layout.name,
+                str(v.layout.tp),
+                str(v.layout.ep),
+                str(v.layout.pp),
+                str(v.layout.dp),
+                str(v.layout.gpus_used),
+                str(v.moe_tp_width),
+                _gib(fit.weights_per_gpu_gib if fit else None),
+                _gib(fit.usable_per_gpu_gib if fit else None),
+                _gib(fit.headroom_gib if fit else None),
+                f"{fit.kv_tokens:,}" if fit else "-",
+                verdict,
+            )
+        )
     return rows
 
 

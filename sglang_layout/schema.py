@@ -24,7 +24,7 @@ from typing import Any
 LAYOUT_NAME = re.compile(r"^[a-z0-9-]+$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PARALLEL_KEYS = ("tp", "ep", "pp", "dp")
-LAYOUT_KEYS = frozenset(PARALLEL_KEYS + ("args", "env", "description"))
+LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description"))
 
 # Flags the project renders itself from first-class fields; a layout that also
 # sets them in `args` would say two things at once.
@@ -96,9 +96,7 @@ def _flag_name(path: str, name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise DeclarationError(path, name, "a flag name must be a non-empty string", "write it like mem-fraction-static")
     if name.startswith("-"):
-        raise DeclarationError(
-            path, name, "flag names are written without leading dashes", f"write {name.lstrip('-')}"
-        )
+        raise DeclarationError(path, name, "flag names are written without leading dashes", f"write {name.lstrip('-')}")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
         raise DeclarationError(path, name, "is not a flag name", "use letters, digits, '-' and '_' only")
     return name
@@ -108,19 +106,25 @@ def _args(path: str, raw: Any, *, reserved_check: bool) -> dict[str, ArgValue]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise DeclarationError(path, raw, "must be a mapping of flag name to value", "write e.g. args: {max-running-requests: 256}")
+        raise DeclarationError(
+            path, raw, "must be a mapping of flag name to value", "write e.g. args: {max-running-requests: 256}"
+        )
     result: dict[str, ArgValue] = {}
     for name, value in raw.items():
         flag = _flag_name(f"{path}.{name}", name)
         if reserved_check and flag in RESERVED_ARGS:
             owner = RESERVED_ARGS[flag]
             raise DeclarationError(
-                f"{path}.{flag}", value, f"--{flag} is rendered by the project from `{owner}`",
+                f"{path}.{flag}",
+                value,
+                f"--{flag} is rendered by the project from `{owner}`",
                 f"remove it from args and set `{owner}` instead",
             )
         if isinstance(value, Mapping):
             raise DeclarationError(
-                f"{path}.{flag}", value, "a flag value cannot be a mapping",
+                f"{path}.{flag}",
+                value,
+                "a flag value cannot be a mapping",
                 "use a string (JSON text if the flag takes JSON), a number, true/false or a list",
             )
         result[flag] = value
@@ -135,7 +139,9 @@ def _env(path: str, raw: Any) -> dict[str, str]:
     result: dict[str, str] = {}
     for name, value in raw.items():
         if not isinstance(name, str) or not ENV_NAME.match(name):
-            raise DeclarationError(f"{path}.{name}", value, "is not a valid environment variable name", "use [A-Za-z_][A-Za-z0-9_]*")
+            raise DeclarationError(
+                f"{path}.{name}", value, "is not a valid environment variable name", "use [A-Za-z_][A-Za-z0-9_]*"
+            )
         if isinstance(value, (Mapping, list)) or value is None:
             raise DeclarationError(f"{path}.{name}", value, "an environment value must be a scalar", "quote it as a string")
         if isinstance(value, bool):
@@ -164,7 +170,9 @@ def parse_layout(
     """Validate one declared layout and merge the common args and env under it."""
     if not isinstance(name, str) or not LAYOUT_NAME.match(name):
         raise DeclarationError(
-            f"{path}.{name}", name, "a layout name must match [a-z0-9-]+ (it becomes part of a systemd unit name)",
+            f"{path}.{name}",
+            name,
+            "a layout name must match [a-z0-9-]+ (it becomes part of a systemd unit name)",
             "rename it, e.g. ep8-tuned",
         )
     here = f"{path}.{name}"
@@ -175,7 +183,9 @@ def parse_layout(
     unknown = sorted(set(raw) - LAYOUT_KEYS)
     if unknown:
         raise DeclarationError(
-            f"{here}.{unknown[0]}", raw[unknown[0]], "is not a layout field",
+            f"{here}.{unknown[0]}",
+            raw[unknown[0]],
+            "is not a layout field",
             f"use only {', '.join(sorted(LAYOUT_KEYS))}; server flags go under args",
         )
     sizes = {key: _positive_int(f"{here}.{key}", raw.get(key, 1)) for key in PARALLEL_KEYS}
@@ -184,7 +194,10 @@ def parse_layout(
         raise DeclarationError(f"{here}.description", description, "must be text", "quote it")
     return Layout(
         name=name,
-        args=merge_args(_args("sglang_common_args", common_args, reserved_check=True), _args(f"{here}.args", raw.get("args"), reserved_check=True)),
+        args=merge_args(
+            _args("sglang_common_args", common_args, reserved_check=True),
+            _args(f"{here}.args", raw.get("args"), reserved_check=True),
+        ),
         env={**_env("sglang_common_env", common_env), **_env(f"{here}.env", raw.get("env"))},
         description=description,
         **sizes,
@@ -200,13 +213,12 @@ def parse_layouts(
     """Validate the whole `sglang_layouts` dict, in declaration order."""
     if not isinstance(raw, Mapping) or not raw:
         raise DeclarationError(
-            "sglang_layouts", raw, "must be a non-empty mapping of layout name to layout",
+            "sglang_layouts",
+            raw,
+            "must be a non-empty mapping of layout name to layout",
             "declare at least one layout in group_vars, e.g. sglang_layouts: {tp8: {tp: 8}}",
         )
-    return {
-        name: parse_layout(name, spec, common_args=common_args, common_env=common_env)
-        for name, spec in raw.items()
-    }
+    return {name: parse_layout(name, spec, common_args=common_args, common_env=common_env) for name, spec in raw.items()}
 
 
 def select_layout(layouts: Mapping[str, Layout], name: Any) -> Layout:
@@ -214,7 +226,5 @@ def select_layout(layouts: Mapping[str, Layout], name: Any) -> Layout:
     if name in (None, ""):
         raise DeclarationError("layout", name, "no layout was given", f"pass -e layout=NAME, one of: {', '.join(layouts)}")
     if name not in layouts:
-        raise DeclarationError(
-            "layout", name, "is not declared in sglang_layouts", f"use one of: {', '.join(layouts)}"
-        )
+        raise DeclarationError("layout", name, "is not declared in sglang_layouts", f"use one of: {', '.join(layouts)}")
     return layouts[name]

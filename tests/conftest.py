@@ -39,3 +39,17 @@ def declared_vars() -> dict:
 @pytest.fixture(scope="session")
 def declaration(declared_vars):
     return declaration_from_vars(declared_vars)
+
+
+# The tuned EP8 unit's ExecStart flags, as the field notes give them.
+FIELD_NOTES_EP8_TUNED = [
+    *("--model-path", "/root/models/Kimi-K2.6", "--port", "30001", "--host", "0.0.0.0"),
+    *("--tp-size", "8", "--ep-size", "8", "--mem-fraction-static", "0.88", "--context-length", "32768"),
+    *("--max-running-requests", "256", "--num-continuous-decode-steps", "8", "--attention-backend", "triton"),
+    *("--trust-remote-code", "--grammar-backend", "none"),
+]
+
+
+@pytest.fixture(scope="session")
+def field_notes_argv() -> list[str]:
+    return list(FIELD_NOTES_EP8_TUNED)

@@ -7,7 +7,7 @@ import pytest
 from sglang_layout import flags
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "standins" / "sglang"))
-from sglang.cli_args import build_parser  # noqa: E402  (the stand-in's argparse, built from the same table)
+from sglang.cli_args import build_parser
 
 FIELD_NOTES_EXCERPT = """\
 usage: launch_server.py [-h] --model-path MODEL_PATH
@@ -27,7 +27,15 @@ def test_parses_the_field_notes_help_excerpt():
     table = flags.parse_help(FIELD_NOTES_EXCERPT, "0.5.x")
     ep = table.by_name["--ep"]
     assert ep.names == ("--expert-parallel-size", "--ep-size", "--ep") and ep.takes_value
-    assert table.by_name["--moe-a2a-backend"].choices == ("none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer")
+    assert table.by_name["--moe-a2a-backend"].choices == (
+        "none",
+        "deepep",
+        "mooncake",
+        "nixl",
+        "mori",
+        "ascend_fuseep",
+        "flashinfer",
+    )
     assert not table.by_name["--trust-remote-code"].takes_value
     assert "--model-path" not in table.by_name  # usage lines are not options
 
@@ -86,11 +94,8 @@ def test_switch_with_value_value_missing_and_abbreviation(flag_table):
     assert severity == "warning" and "abbreviation of --mem-fraction-static" in message
 
 
-def test_field_notes_unit_is_clean(flag_table):
-    argv = ("--model-path /root/models/Kimi-K2.6 --port 30001 --host 0.0.0.0 --tp-size 8 --ep-size 8 "
-            "--mem-fraction-static 0.88 --context-length 32768 --max-running-requests 256 "
-            "--num-continuous-decode-steps 8 --attention-backend triton --trust-remote-code --grammar-backend none").split()
-    assert flags.check_argv(argv, flag_table) == []
+def test_field_notes_unit_is_clean(flag_table, field_notes_argv):
+    assert flags.check_argv(field_notes_argv, flag_table) == []
 
 
 COMMAND_LINES = [

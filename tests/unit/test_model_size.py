@@ -3,25 +3,60 @@ import pytest
 from sglang_layout.model_size import GIB, ModelConfigError, estimate_weights, model_weights, pp_stage_layers, quant_scheme
 
 LLAMA3_8B = {
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "torch_dtype": "bfloat16",
     "tie_word_embeddings": False,
 }
 MIXTRAL_8X7B = {
-    "architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
-    "num_experts_per_tok": 2, "torch_dtype": "bfloat16",
+    "architectures": ["MixtralForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "torch_dtype": "bfloat16",
 }
 QWEN3_30B_A3B = {
-    "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
-    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "num_experts": 128,
-    "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": [], "torch_dtype": "bfloat16",
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "num_experts": 128,
+    "moe_intermediate_size": 768,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "torch_dtype": "bfloat16",
 }
 DEEPSEEK_V3_FP8 = {
-    "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
-    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128, "q_lora_rank": 1536,
-    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 256,
-    "n_shared_experts": 1, "first_k_dense_replace": 3, "vocab_size": 129280, "torch_dtype": "bfloat16",
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 3,
+    "vocab_size": 129280,
+    "torch_dtype": "bfloat16",
     "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"},
 }
 
@@ -55,7 +90,9 @@ def test_kimi_int4_experts_with_group_scales(kimi_config):
 
 
 def test_quant_schemes_price_a_weight():
-    awq = quant_scheme({"hidden_size": 4096, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}})
+    awq = quant_scheme(
+        {"hidden_size": 4096, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}}
+    )
     assert awq.quant_bytes == pytest.approx(0.5 + (2 + 0.5) / 128)
     gptq = quant_scheme({"hidden_size": 4096, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}})
     assert gptq.quant_bytes == pytest.approx(0.5 + (2 + 0.5) / 128)
@@ -67,12 +104,15 @@ def test_quant_schemes_price_a_weight():
 
 
 def test_awq_quantizes_a_dense_model_to_about_a_third():
-    awq = {**LLAMA3_8B, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": None}}
+    awq = {
+        **LLAMA3_8B,
+        "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": None},
+    }
     assert estimate_weights(awq).total / estimate_weights(LLAMA3_8B).total == pytest.approx(0.36, abs=0.03)
 
 
 def test_unknown_quantization_and_missing_keys_are_explained():
-    with pytest.raises(ModelConfigError, match="quant_method 'mxfp4'.*index.json"):
+    with pytest.raises(ModelConfigError, match=r"quant_method 'mxfp4'.*index\.json"):
         estimate_weights({**LLAMA3_8B, "quantization_config": {"quant_method": "mxfp4"}})
     broken = dict(LLAMA3_8B)
     del broken["hidden_size"]
@@ -89,8 +129,11 @@ def test_index_total_size_wins_and_keeps_proportions(kimi_config):
 
 
 def test_multimodal_text_config_is_used(kimi_config):
-    nested = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": {k: v for k, v in kimi_config.items() if k != "quantization_config"},
-              "quantization_config": kimi_config["quantization_config"]}
+    nested = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "text_config": {k: v for k, v in kimi_config.items() if k != "quantization_config"},
+        "quantization_config": kimi_config["quantization_config"],
+    }
     assert estimate_weights(nested).total == pytest.approx(estimate_weights(kimi_config).total)
 
 

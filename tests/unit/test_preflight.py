@@ -13,8 +13,15 @@ from sglang_layout.schema import parse_layout
 
 @pytest.fixture
 def facts(kimi_config, flag_table, declaration):
-    return Facts(gpu_count=8, gpu_memory_gib=94.97, model_config=kimi_config, flag_table=flag_table,
-                 model_path=declaration.model_path, port=declaration.port, host=declaration.bind_address)
+    return Facts(
+        gpu_count=8,
+        gpu_memory_gib=94.97,
+        model_config=kimi_config,
+        flag_table=flag_table,
+        model_path=declaration.model_path,
+        port=declaration.port,
+        host=declaration.bind_address,
+    )
 
 
 def test_field_layouts_pass_and_the_two_failures_fail_for_their_reasons(declaration, facts):
@@ -33,12 +40,10 @@ def test_intended_flag_that_drifted_is_caught(facts):
     assert not verdict.ok and "invalid choice" in verdict.summary()
 
 
-def test_rendered_ep8_tuned_matches_the_field_notes_unit(declaration):
-    argv = command.server_args(declaration.layouts["ep8-tuned"], model_path=declaration.model_path,
-                               port=declaration.port, host=declaration.bind_address)
-    field = ("--model-path /root/models/Kimi-K2.6 --port 30001 --host 0.0.0.0 --tp-size 8 --ep-size 8 "
-             "--mem-fraction-static 0.88 --context-length 32768 --max-running-requests 256 "
-             "--num-continuous-decode-steps 8 --attention-backend triton --trust-remote-code --grammar-backend none")
+def test_rendered_ep8_tuned_matches_the_field_notes_unit(declaration, field_notes_argv):
+    argv = command.server_args(
+        declaration.layouts["ep8-tuned"], model_path=declaration.model_path, port=declaration.port, host=declaration.bind_address
+    )
 
     def pairs(tokens):
         out, i = {}, 0
@@ -48,15 +53,17 @@ def test_rendered_ep8_tuned_matches_the_field_notes_unit(declaration):
             i += 2 if has_value else 1
         return out
 
-    assert pairs(argv) == pairs(field.split())
+    assert pairs(argv) == pairs(field_notes_argv)
 
 
 def test_environment_and_visible_devices(declaration):
     layout = declaration.layouts["ep8-tuned"]
     env = command.service_environment(layout, venv="/opt/v", cuda_home="/usr/local/cuda-13.0", python_version="3.12")
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
-    assert env["LD_LIBRARY_PATH"] == ("/opt/v/lib/python3.12/site-packages/nvidia/cu13/lib:"
-                                      "/opt/v/lib/python3.12/site-packages/nvidia/cuda_runtime/lib:/usr/local/cuda-13.0/lib64")
+    assert env["LD_LIBRARY_PATH"] == (
+        "/opt/v/lib/python3.12/site-packages/nvidia/cu13/lib:"
+        "/opt/v/lib/python3.12/site-packages/nvidia/cuda_runtime/lib:/usr/local/cuda-13.0/lib64"
+    )
     assert env["PATH"].startswith("/usr/local/cuda-13.0/bin:/opt/v/bin:")
     assert env["NCCL_P2P_LEVEL"] == "5" and env["OMP_NUM_THREADS"] == "8"
     assert command.cuda_visible_devices(declaration.layouts["tp4ep2"]) == "0,1,2,3"
@@ -69,8 +76,13 @@ def test_skipped_checks_are_said(declaration):
     assert all(v.fit is None for v in verdicts)
 
 
-CLI = ["preflight", "--model-config", "examples/models/kimi-k2.6/config.json",
-       "--flag-table", "tests/data/sglang-0.5.23-flags.json"]
+CLI = [
+    "preflight",
+    "--model-config",
+    "examples/models/kimi-k2.6/config.json",
+    "--flag-table",
+    "tests/data/sglang-0.5.23-flags.json",
+]
 
 
 def test_cli_exit_codes(repo, monkeypatch, capsys):
@@ -95,7 +107,13 @@ def test_cli_missing_model_config_is_a_clear_error(repo, monkeypatch, capsys):
 
 def test_flag_table_command_parses_help_from_stdin(repo, tmp_path):
     help_text = "options:\n  --tp-size TP_SIZE, --tensor-parallel-size TP_SIZE\n  --trust-remote-code  x\n"
-    done = subprocess.run([sys.executable, "-m", "sglang_layout", "flag-table", "--version", "9.9"],
-                          input=help_text, capture_output=True, text=True, cwd=repo, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "sglang_layout", "flag-table", "--version", "9.9"],
+        input=help_text,
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        check=True,
+    )
     table = json.loads(done.stdout)
     assert table["sglang_version"] == "9.9" and table["options"][0]["names"] == ["--tp-size", "--tensor-parallel-size"]
