@@ -1,0 +1,264 @@
+"""The rehearsal box: a freshly booted Debian with real systemd and sshd, reached over real SSH.
+
+A base rootfs is built once with debootstrap and cached under a directory
+keyed by a hash of its recipe. Each box is an overlayfs over that base,
+booted with systemd-nspawn on the host's network with sshd on its own port,
+so several boxes can run at once. A box is always torn down by PID, even
+when a test fails; `python -m tests.rehearsal down --all` sweeps leftovers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+CACHE = Path(os.environ.get("REHEARSAL_CACHE", "/var/cache/sglang-rehearsal"))
+RUNTIME = Path(os.environ.get("REHEARSAL_RUNTIME", "/var/tmp/sglang-rehearsal/boxes"))
+SUITE = "bookworm"
+PACKAGES = (
+    "systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-apt,"
+    "iproute2,ca-certificates,sudo,gpgv,curl"
+)
+BOX_USER = "rehearsal"
+
+
+class BoxError(RuntimeError):
+    pass
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this machine's own apt sources name (the only one reachable here)."""
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            words = line.split()
+            if words[:1] == ["URIs:"] or words[:1] == ["deb"]:
+                for word in words[1:]:
+                    if word.startswith("http") and "security" not in word:
+                        return word.rstrip("/")
+    return "http://deb.debian.org/debian"
+
+
+def recipe() -> dict[str, str]:
+    return {"suite": SUITE, "variant": "minbase", "packages": PACKAGES, "version": "1"}
+
+
+def base_dir() -> Path:
+    digest = hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()[:16]
+    return CACHE / f"base-{SUITE}-{digest}"
+
+
+def build_base(log: Path | None = None) -> Path:
+    """The cached base rootfs, built with debootstrap on first use (about a minute)."""
+    base = base_dir()
+    rootfs = base / "rootfs"
+    if (base / "complete").exists():
+        return rootfs
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds it complete
+        if (base / "complete").exists():
+            return rootfs
+        partial = base / "rootfs.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        command = ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(partial), debian_mirror()]
+        with open(log or base / "debootstrap.log", "w") as out:
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
+        if done.returncode != 0:
+            raise BoxError(f"debootstrap failed ({done.returncode}); see {log or base / 'debootstrap.log'}")
+        # No box should start these: each box gets its own host keys and machine id.
+        for key in (partial / "etc" / "ssh").glob("ssh_host_*"):
+            key.unlink()
+        (partial / "etc" / "machine-id").write_text("")
+        shutil.rmtree(rootfs, ignore_errors=True)
+        partial.rename(rootfs)
+        (base / "complete").write_text(json.dumps(recipe()))
+    return rootfs
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Box:
+    name: str
+    directory: Path
+    ssh_port: int
+    key: Path
+    pid: int = 0
+    user: str = BOX_USER
+
+    @property
+    def root(self) -> Path:
+        """The box's filesystem as seen from the host (the overlay mount)."""
+        return self.directory / "merged"
+
+    def ssh_command(self, *command: str, user: str | None = None) -> list[str]:
+        return [
+            "ssh", "-p", str(self.ssh_port), "-i", str(self.key), "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            f"{user or self.user}@127.0.0.1", *command,
+        ]  # fmt: skip
+
+    def run(self, *command: str, user: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run a command in the box over SSH (as the sudo user unless told)."""
+        return subprocess.run(
+            self.ssh_command(*command, user=user), capture_output=True, text=True, check=check, timeout=timeout
+        )
+
+    def inventory(self, group: str = "sglang_servers", host_vars: dict | None = None) -> dict:
+        host = {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": self.ssh_port,
+            "ansible_user": self.user,
+            "ansible_ssh_private_key_file": str(self.key),
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            "ansible_become": True,
+            "ansible_python_interpreter": "/usr/bin/python3",
+            **(host_vars or {}),
+        }
+        return {group: {"hosts": {self.name: host}}}
+
+    def write_inventory(self, path: Path, **kwargs: object) -> Path:
+        import yaml
+
+        path.write_text(yaml.safe_dump(self.inventory(**kwargs), sort_keys=False))
+        return path
+
+    def save(self) -> None:
+        (self.directory / "box.json").write_text(json.dumps({**asdict(self), "directory": str(self.directory), "key": str(self.key)}))
+
+
+def _prepare(box: Box, rootfs: Path) -> None:
+    d = box.directory
+    for sub in ("upper", "work", "merged"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={rootfs},upperdir={d / 'upper'},workdir={d / 'work'}", str(box.root)],
+        check=True,
+    )
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", box.name, "-f", str(box.key)], check=True)
+    root = box.root
+    (root / "etc" / "hostname").write_text(box.name + "\n")
+    (root / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {box.name}\n")
+    (root / "etc" / "ssh" / "sshd_config.d" / "rehearsal.conf").write_text(
+        f"Port {box.ssh_port}\nListenAddress 127.0.0.1\nPasswordAuthentication no\n"
+    )
+    # The host's TLS interception CA, so apt and pip over HTTPS work inside the box.
+    for cert in Path("/usr/local/share/ca-certificates").glob("*.crt"):
+        shutil.copy(cert, root / "usr" / "local" / "share" / "ca-certificates" / cert.name)
+    pub = box.key.with_suffix(".pub").read_text()
+    script = f"""
+        set -e
+        ssh-keygen -A >/dev/null
+        update-ca-certificates >/dev/null 2>&1 || true
+        useradd --create-home --shell /bin/bash {box.user}
+        echo '{box.user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/{box.user}
+        chmod 0440 /etc/sudoers.d/{box.user}
+        for home in /root /home/{box.user}; do
+          install -d -m 0700 $home/.ssh
+          echo '{pub.strip()}' > $home/.ssh/authorized_keys
+          chmod 0600 $home/.ssh/authorized_keys
+        done
+        chown -R {box.user}: /home/{box.user}/.ssh
+    """
+    subprocess.run(["chroot", str(root), "/bin/sh", "-c", script], check=True, capture_output=True)
+
+
+def _wait_for_ssh(box: Box, deadline: float, process: subprocess.Popen) -> None:
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BoxError(f"systemd-nspawn exited with {process.returncode}; see {box.directory / 'console.log'}")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            if box.run("true", check=False, timeout=5).returncode == 0:
+                return
+        time.sleep(0.2)
+    raise BoxError(f"no SSH on port {box.ssh_port} after boot; see {box.directory / 'console.log'}")
+
+
+def boot(name: str | None = None, timeout: float = 60) -> Box:
+    """A fresh box, booted and answering SSH. Call `destroy` (or use `running_box`) to end it."""
+    rootfs = build_base()
+    name = name or f"rehearsal-{secrets.token_hex(3)}"
+    directory = RUNTIME / name
+    if directory.exists():
+        raise BoxError(f"a box named {name} already exists at {directory}; run `python -m tests.rehearsal down {name}`")
+    directory.mkdir(parents=True)
+    box = Box(name=name, directory=directory, ssh_port=free_port(), key=directory / "id_ed25519")
+    try:
+        _prepare(box, rootfs)
+        console = open(directory / "console.log", "w")  # noqa: SIM115  (kept open for the box's life)
+        process = subprocess.Popen(
+            ["systemd-nspawn", "-b", "-D", str(box.root), "--register=no", "--keep-unit", "-M", name,
+             "--resolv-conf=copy-host", "--console=read-only"],
+            stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        box.pid = process.pid
+        box.save()
+        _wait_for_ssh(box, time.monotonic() + timeout, process)
+    except BaseException:
+        destroy(box)
+        raise
+    return box
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def destroy(box: Box, timeout: float = 20) -> None:
+    """Shut the box down by PID (SIGTERM lets systemd stop cleanly), unmount, delete."""
+    if box.pid and _alive(box.pid):
+        os.kill(box.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(box.pid) and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(box.pid, os.WNOHANG)
+            time.sleep(0.1)
+        if _alive(box.pid):
+            os.killpg(box.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(box.pid, 0)
+    if os.path.ismount(box.root):
+        subprocess.run(["umount", str(box.root)], check=False)
+        if os.path.ismount(box.root):
+            subprocess.run(["umount", "-l", str(box.root)], check=False)
+    shutil.rmtree(box.directory, ignore_errors=True)
+
+
+def load(name: str) -> Box:
+    data = json.loads((RUNTIME / name / "box.json").read_text())
+    return Box(**{**data, "directory": Path(data["directory"]), "key": Path(data["key"])})
+
+
+def all_boxes() -> list[str]:
+    return sorted(p.name for p in RUNTIME.glob("*") if (p / "box.json").exists()) if RUNTIME.exists() else []
+
+
+@contextlib.contextmanager
+def running_box(name: str | None = None) -> Iterator[Box]:
+    box = boot(name)
+    try:
+        yield box
+    finally:
+        destroy(box)
