@@ -1,5 +1,5 @@
 import pytest
-from unit.test_model_size import LLAMA3_8B
+from tests.unit.test_model_size import LLAMA3_8B
 
 from sglang_layout.memory import check_memory, memory_fit
 from sglang_layout.model_size import estimate_weights

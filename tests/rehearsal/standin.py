@@ -1,0 +1,106 @@
+"""Building and running the STAND-IN sglang package (tests only): source copy, wheelhouse, local server."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.rehearsal.box import CACHE, free_port
+
+TESTS = Path(__file__).resolve().parents[1]
+SOURCE = TESTS / "standins" / "sglang"
+FLAGS = TESTS / "data" / "sglang-0.5.23-flags.json"
+# The stand-in's one dependency, pinned with the project's own (requirements-dev.txt).
+RUNTIME_DEPS = ("aiohttp==3.14.5",)
+
+
+def source_tree(destination: Path) -> Path:
+    """A buildable copy of the stand-in with its flag table (the real 0.5.23 names and choices)."""
+    shutil.copytree(SOURCE, destination, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    shutil.copy(FLAGS, destination / "sglang" / "flags.json")
+    return destination
+
+
+def _digest() -> str:
+    hasher = hashlib.sha256(json.dumps(RUNTIME_DEPS).encode())
+    for path in sorted(p for p in SOURCE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        hasher.update(path.relative_to(SOURCE).as_posix().encode() + path.read_bytes())
+    hasher.update(FLAGS.read_bytes())
+    return hasher.hexdigest()[:16]
+
+
+def wheelhouse() -> Path:
+    """A local wheelhouse with the stand-in sglang wheel and its dependencies, cached by content."""
+    target = CACHE / f"wheelhouse-{_digest()}"
+    if (target / "complete").exists():
+        return target
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    source = source_tree(partial / "src")
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(partial), str(source)], check=True)
+    subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(partial), *RUNTIME_DEPS], check=True)
+    shutil.rmtree(source)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    (target / "complete").write_text("")
+    return target
+
+
+def write_simulation(path: Path, **settings: object) -> Path:
+    path.write_text(json.dumps(settings))
+    return path
+
+
+def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None) -> int:
+    """Poll url until it answers 200; return the last status seen (0 when nothing answered)."""
+    deadline = time.monotonic() + timeout
+    status = 0
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return status
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return status
+
+
+@contextlib.contextmanager
+def local_server(tmp: Path, *flags: str, **simulation: object) -> Iterator[tuple[subprocess.Popen, str, Path]]:
+    """Run the stand-in from source on loopback: (process, base URL, log path). Always stopped after."""
+    source = source_tree(tmp / "standin-src")
+    model = tmp / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text('{"architectures": ["StandInForCausalLM"]}')
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(source),
+           "SGLANG_STANDIN_CONFIG": str(write_simulation(tmp / "sim.json", **simulation))}  # fmt: skip
+    log = tmp / "server.log"
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1", "--port", str(port)]
+    with open(log, "w") as out:
+        process = subprocess.Popen([*argv, *flags], stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        yield process, f"http://127.0.0.1:{port}", log
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -1,0 +1,94 @@
+"""STAND-IN for `python -m sglang.launch_server` (rehearsal tests only).
+
+Start-up follows SGLang's order and failure modes: argparse (exit 2 on an
+unknown, ambiguous or invalid flag), model init (the real ZeroDivisionError
+when ep does not fit in tp), weight loading (CUDA out of memory when the
+simulated weights exceed the simulated GPUs used), then serving. The HTTP
+server answers 503 on /health while the model "loads".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from sglang import __version__, simulation
+from sglang.cli_args import build_parser
+from sglang.server import Server
+
+log = logging.getLogger("sglang.launch_server")
+
+
+def _int(value: object, default: int) -> int:
+    return int(value) if value is not None else default
+
+
+def init_model(args: object) -> None:
+    """Model init: SGLang divides the MoE intermediate size by tp // ep // moe_dp."""
+    tp, ep = _int(args.tp_size, 1), _int(args.ep_size, 1)
+    moe_tp = tp // ep // _int(args.moe_dp_size, 1)
+    intermediate = 2048
+    log.info("Init MoE layers: moe_tp_size=%d", moe_tp)
+    _ = intermediate // moe_tp  # ZeroDivisionError exactly as SGLang raises it for tp 2 ep 4
+
+
+def load_weights(args: object, sim: simulation.Simulation) -> None:
+    tp, pp, dp = _int(args.tp_size, 1), _int(args.pp_size, 1), _int(args.dp_size, 1)
+    used = tp * pp * dp
+    if used > sim.gpu_count:
+        raise RuntimeError(f"CUDA error: invalid device ordinal (asked for {used} GPUs, {sim.gpu_count} visible)")
+    fraction = float(args.mem_fraction_static or 0.88)
+    per_gpu = sim.weights_gib / (tp * pp)
+    budget = sim.gpu_memory_gib * fraction
+    if per_gpu > budget:
+        raise MemoryError(
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {per_gpu - budget:.2f} GiB. "
+            f"GPU 0 has a total capacity of {sim.gpu_memory_gib:.2f} GiB of which 0 bytes is free."
+        )
+    log.info("Load weight end. mem usage=%.2f GB", per_gpu)
+
+
+async def serve(args: object, sim: simulation.Simulation) -> None:
+    server = Server(args, sim)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host or "127.0.0.1", int(args.port or 30000))
+    await site.start()  # port in use fails here with OSError [Errno 98]
+    log.info("Starting server on %s:%s (stand-in sglang %s)", args.host, args.port, __version__)
+    try:
+        await asyncio.sleep(sim.load_seconds / 2)
+        init_model(args)
+        await asyncio.sleep(sim.load_seconds / 2)
+        load_weights(args, sim)
+        server.ready = True
+        log.info("The server is fired up and ready to roll!")
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
+    args = build_parser().parse_args(argv)  # exits 2 like SGLang on a bad flag
+    if not args.model_path:
+        build_parser().error("the following arguments are required: --model-path")
+    if not (Path(args.model_path) / "config.json").is_file():
+        raise OSError(f"{args.model_path} does not appear to have a file named config.json.")
+    sim = simulation.load()
+    log.info("server_args=%s", json.dumps({k: v for k, v in vars(args).items() if v not in (None, False)}))
+    started = time.monotonic()
+    try:
+        asyncio.run(serve(args, sim))
+    except KeyboardInterrupt:
+        log.info("stopped after %.1f s", time.monotonic() - started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

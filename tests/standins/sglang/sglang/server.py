@@ -1,0 +1,204 @@
+"""STAND-IN for SGLang's HTTP API (rehearsal tests only), streaming tokens on a known clock.
+
+Each request's inter-token time is base_itl(layout) + slope x running requests,
+scheduled on absolute deadlines so the rate does not drift; with ignore_eos a
+request decodes exactly its max tokens. Token counts in usage / meta_info are
+the server's own, as in SGLang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from sglang import __version__
+from sglang.simulation import Simulation
+
+TOKEN = " tok"
+OPEN_PATHS = ("/health", "/health_generate", "/ready", "/metrics")
+
+
+class Server:
+    def __init__(self, args: object, sim: Simulation) -> None:
+        self.args = args
+        self.sim = sim
+        self.ready = False
+        self.running = 0
+        self.generated_total = 0
+        self.recent: list[float] = []  # completion times of tokens in the last second, for gen_throughput
+        self.model_name = args.served_model_name or args.model_path
+        sizes = [int(getattr(args, f"{k}_size") or 1) for k in ("tp", "ep", "pp", "dp")]
+        self.base_itl = sim.base_itl_ms(*sizes) / 1000.0
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth])
+        get, post = app.router.add_get, app.router.add_post
+        get("/health", self.health)
+        get("/health_generate", self.health)
+        get("/ready", self.ready_route)
+        get("/model_info", self.model_info)
+        get("/get_model_info", self.model_info)
+        get("/server_info", self.server_info)
+        get("/get_server_info", self.server_info)
+        get("/v1/models", self.models)
+        get("/metrics", self.metrics)
+        post("/generate", self.generate)
+        post("/v1/chat/completions", self.chat)
+        post("/v1/completions", self.completions)
+        return app
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: object) -> web.StreamResponse:
+        key = self.args.api_key
+        if key and not request.path.startswith(OPEN_PATHS) and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        if request.path == "/metrics" and not self.args.enable_metrics:
+            return web.Response(status=404)
+        return await handler(request)
+
+    # --- the token clock -------------------------------------------------
+    def itl(self) -> float:
+        return self.base_itl + self.sim.itl_slope_ms / 1000.0 * self.running
+
+    async def tokens(self, count: int) -> AsyncIterator[int]:
+        """Yield 1..count on schedule: first after prefill, then one inter-token time apart."""
+        self.running += 1
+        try:
+            deadline = time.monotonic() + self.sim.prefill_ms / 1000.0
+            for index in range(1, count + 1):
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                self.generated_total += 1
+                self.recent.append(time.monotonic())
+                yield index
+                deadline += self.itl()
+        finally:
+            self.running -= 1
+
+    def _count(self, max_tokens: object, ignore_eos: bool) -> int:
+        wanted = int(max_tokens) if max_tokens is not None else 128
+        return wanted if ignore_eos else min(wanted, self.sim.eos_after)
+
+    # --- routes ----------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        if not self.ready:
+            return web.Response(status=503, text="loading")
+        async for _ in self.tokens(1):
+            pass
+        return web.Response(status=200)
+
+    async def ready_route(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.ready else 503)
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return web.json_response({"model_path": self.args.model_path, "tokenizer_path": self.args.model_path,
+                                  "is_generation": True, "standin": True})  # fmt: skip
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        info = {k: v for k, v in vars(self.args).items() if k != "api_key"}
+        return web.json_response({**info, "version": __version__, "standin": True})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "sglang",
+                                  "max_model_len": int(self.args.context_length or 4096)}]})  # fmt: skip
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        self.recent = [t for t in self.recent if now - t <= 1.0]
+        label = f'{{model_name="{self.model_name}"}}'
+        body = (
+            "# TYPE sglang:gen_throughput gauge\n"
+            f"sglang:gen_throughput{label} {float(len(self.recent))}\n"
+            "# TYPE sglang:num_running_reqs gauge\n"
+            f"sglang:num_running_reqs{label} {float(self.running)}\n"
+            "# TYPE sglang:generation_tokens_total counter\n"
+            f"sglang:generation_tokens_total{label} {float(self.generated_total)}\n"
+        )
+        return web.Response(text=body, content_type="text/plain")
+
+    async def _body(self, request: web.Request) -> dict:
+        if not self.ready:
+            raise web.HTTPServiceUnavailable(text="the server is still loading")
+        try:
+            return await request.json()
+        except json.JSONDecodeError as exc:
+            raise web.HTTPBadRequest(text=f"invalid JSON: {exc}") from exc
+
+    @staticmethod
+    async def _sse(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        return response
+
+    @staticmethod
+    async def _send(response: web.StreamResponse, payload: dict | str) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        await response.write(f"data: {data}\n\n".encode())
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        params = body.get("sampling_params") or {}
+        count = self._count(params.get("max_new_tokens"), bool(params.get("ignore_eos")))
+        prompt_tokens = len(str(body.get("text", "")).split()) or len(body.get("input_ids") or [])
+        rid = body.get("rid") or uuid.uuid4().hex
+
+        def chunk(n: int) -> dict:
+            finish = {"type": "length", "length": n} if n == count else None
+            meta = {"id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": n, "finish_reason": finish}
+            return {"text": TOKEN * n, "meta_info": meta, "index": 0}
+
+        if not body.get("stream"):
+            async for _ in self.tokens(count):
+                pass
+            return web.json_response(chunk(count))
+        response = await self._sse(request)
+        async for n in self.tokens(count):
+            await self._send(response, chunk(n))
+        await self._send(response, "[DONE]")
+        return response
+
+    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
+        body = await self._body(request)
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        count = self._count(max_tokens, bool(body.get("ignore_eos")))
+        if kind == "chat":
+            prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or [])
+        else:
+            prompt_tokens = len(str(body.get("prompt", "")).split())
+        rid, created = f"{uuid.uuid4().hex}", int(time.time())
+        obj = "chat.completion" if kind == "chat" else "text_completion"
+        finish = "length" if count == (int(max_tokens) if max_tokens is not None else 128) else "stop"
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count, "total_tokens": prompt_tokens + count}
+
+        def choice(text: str, done: bool, stream: bool) -> dict:
+            end = finish if done else None
+            if kind != "chat":
+                return {"index": 0, "text": text, "finish_reason": end}
+            key = "delta" if stream else "message"
+            return {"index": 0, key: {"role": "assistant", "content": text}, "finish_reason": end}
+
+        if not body.get("stream"):
+            async for _ in self.tokens(count):
+                pass
+            return web.json_response({"id": rid, "object": obj, "created": created, "model": self.model_name,
+                                      "choices": [choice(TOKEN * count, True, False)], "usage": usage})  # fmt: skip
+        response = await self._sse(request)
+        base = {"id": rid, "object": f"{obj}.chunk" if kind == "chat" else obj, "created": created, "model": self.model_name}
+        async for n in self.tokens(count):
+            await self._send(response, {**base, "choices": [choice(TOKEN, n == count, True)]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await self._send(response, {**base, "choices": [], "usage": usage})
+        await self._send(response, "[DONE]")
+        return response
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, "completions")
