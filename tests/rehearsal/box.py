@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -113,7 +114,7 @@ class Box:
         return [
             "ssh", "-p", str(self.ssh_port), "-i", str(self.key), "-o", "BatchMode=yes",
             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-            f"{user or self.user}@127.0.0.1", *command,
+            f"{user or self.user}@127.0.0.1", shlex.join(command),
         ]  # fmt: skip
 
     def run(self, *command: str, user: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:

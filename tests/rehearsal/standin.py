@@ -49,7 +49,7 @@ def wheelhouse() -> Path:
     partial.mkdir(parents=True)
     source = source_tree(partial / "src")
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(partial), str(source)], check=True)
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(partial), str(source)], check=True)
     subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(partial), *RUNTIME_DEPS], check=True)
     shutil.rmtree(source)
     shutil.rmtree(target, ignore_errors=True)
