@@ -71,7 +71,17 @@ def test_stand_in_sglang_installs_from_the_wheelhouse_and_serves_under_systemd(b
     # The box shares the host's network, so the wheelhouse is copied in, as an offline mirror would be.
     subprocess.run(["cp", "-r", wheelhouse, str(box.root / "opt" / "wheelhouse")], check=True)
     box.run("sudo", "python3", "-m", "venv", "/opt/sglang")
-    box.run("sudo", "/opt/sglang/bin/pip", "install", "-q", "--no-index", "--find-links", "/opt/wheelhouse", "sglang==0.5.23", timeout=300)
+    box.run(
+        "sudo",
+        "/opt/sglang/bin/pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--find-links",
+        "/opt/wheelhouse",
+        "sglang==0.5.23",
+        timeout=300,
+    )
     version = box.run("/opt/sglang/bin/python", "-c", "import sglang; print(sglang.__version__)").stdout.strip()
     assert version == "0.5.23+standin"
     assert box.run("/opt/sglang/bin/python", "-m", "sglang.launch_server", "--help").stdout.count("--ep-size") >= 1
@@ -79,8 +89,8 @@ def test_stand_in_sglang_installs_from_the_wheelhouse_and_serves_under_systemd(b
     box.run("sudo", "sh", "-c", "echo '{}' > /models/tiny/config.json")
     write_simulation(box.root / "etc" / "sglang-standin.json", load_seconds=1.0)
     port = boxes.free_port()
-    box.run("sudo", "systemd-run", "--unit", "standin", "/opt/sglang/bin/python", "-m", "sglang.launch_server",
-            "--model-path", "/models/tiny", "--host", "127.0.0.1", "--port", str(port), "--tp-size", "8", "--ep-size", "8")  # fmt: skip
+    launch = ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/tiny", "--host", "127.0.0.1"]
+    box.run("sudo", "systemd-run", "--unit", "standin", *launch, "--port", str(port), "--tp-size", "8", "--ep-size", "8")
     assert wait_http(f"http://127.0.0.1:{port}/health_generate", 30) == 200
     journal = box.run("sudo", "journalctl", "-u", "standin", "--no-pager").stdout
     assert "The server is fired up and ready to roll!" in journal

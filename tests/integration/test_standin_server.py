@@ -59,7 +59,9 @@ def test_missing_model_and_busy_port_fail(tmp_path):
 
 
 def _post(url: str, body: dict, headers: dict | None = None) -> list[dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         lines = [line.decode().strip() for line in response]
     return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]

@@ -38,8 +38,8 @@ NVCC_VERSION = textwrap.dedent("""\
 
 @dataclass(frozen=True)
 class AptRepo:
-    root: Path          # served directory
-    base_url: str       # e.g. http://127.0.0.1:PORT (the role's repo base URL variable)
+    root: Path  # served directory
+    base_url: str  # e.g. http://127.0.0.1:PORT (the role's repo base URL variable)
     distro: str
     arch: str
 
@@ -91,16 +91,28 @@ def build(root: Path, base_url: str, distro: str = "debian12", arch: str = "x86_
         _gpg(home, "--quick-gen-key", "Rehearsal CUDA stand-in repo", "ed25519", "sign", "never")
         keyring = _gpg(home, "--export")
         sources = f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {repo.url} /\n"
-        _deb(Path(tmp), "cuda-keyring", "1.1-1", {
-            "/usr/share/keyrings/cuda-archive-keyring.gpg": (keyring, 0o644),
-            f"/etc/apt/sources.list.d/cuda-{distro}-{arch}.list": (sources, 0o644),
-        }, "NVIDIA CUDA repository keyring").rename(target / "cuda-keyring_1.1-1_all.deb")
+        _deb(
+            Path(tmp),
+            "cuda-keyring",
+            "1.1-1",
+            {
+                "/usr/share/keyrings/cuda-archive-keyring.gpg": (keyring, 0o644),
+                f"/etc/apt/sources.list.d/cuda-{distro}-{arch}.list": (sources, 0o644),
+            },
+            "NVIDIA CUDA repository keyring",
+        ).rename(target / "cuda-keyring_1.1-1_all.deb")
         nvcc = "#!/bin/sh\n# STAND-IN nvcc: answers --version only\ncat <<'EOF'\n" + NVCC_VERSION + "EOF\n"
-        _deb(Path(tmp), "cuda-toolkit-13-0", "13.0.0-1", {
-            "/usr/local/cuda-13.0/bin/nvcc": (nvcc, 0o755),
-            "/usr/local/cuda-13.0/version.json": ('{"cuda": {"name": "CUDA SDK", "version": "13.0.0"}}\n', 0o644),
-            "/usr/local/cuda-13.0/lib64/.keep": ("", 0o644),
-        }, "CUDA Toolkit 13.0").rename(target / "cuda-toolkit-13-0_13.0.0-1_all.deb")
+        _deb(
+            Path(tmp),
+            "cuda-toolkit-13-0",
+            "13.0.0-1",
+            {
+                "/usr/local/cuda-13.0/bin/nvcc": (nvcc, 0o755),
+                "/usr/local/cuda-13.0/version.json": ('{"cuda": {"name": "CUDA SDK", "version": "13.0.0"}}\n', 0o644),
+                "/usr/local/cuda-13.0/lib64/.keep": ("", 0o644),
+            },
+            "CUDA Toolkit 13.0",
+        ).rename(target / "cuda-toolkit-13-0_13.0.0-1_all.deb")
         packages = subprocess.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=target,
                                   capture_output=True, check=True).stdout  # fmt: skip
         (target / "Packages").write_bytes(packages)

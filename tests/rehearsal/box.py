@@ -28,10 +28,7 @@ from pathlib import Path
 CACHE = Path(os.environ.get("REHEARSAL_CACHE", "/var/cache/sglang-rehearsal"))
 RUNTIME = Path(os.environ.get("REHEARSAL_RUNTIME", "/var/tmp/sglang-rehearsal/boxes"))
 SUITE = "bookworm"
-PACKAGES = (
-    "systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-apt,"
-    "iproute2,ca-certificates,sudo,gpgv,curl"
-)
+PACKAGES = "systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-apt,iproute2,ca-certificates,sudo,gpgv,curl"
 BOX_USER = "rehearsal"
 
 
@@ -117,11 +114,11 @@ class Box:
             f"{user or self.user}@127.0.0.1", shlex.join(command),
         ]  # fmt: skip
 
-    def run(self, *command: str, user: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    def run(
+        self, *command: str, user: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         """Run a command in the box over SSH (as the sudo user unless told)."""
-        return subprocess.run(
-            self.ssh_command(*command, user=user), capture_output=True, text=True, check=check, timeout=timeout
-        )
+        return subprocess.run(self.ssh_command(*command, user=user), capture_output=True, text=True, check=check, timeout=timeout)
 
     def inventory(self, group: str = "sglang_servers", host_vars: dict | None = None) -> dict:
         host = {
@@ -143,7 +140,9 @@ class Box:
         return path
 
     def save(self) -> None:
-        (self.directory / "box.json").write_text(json.dumps({**asdict(self), "directory": str(self.directory), "key": str(self.key)}))
+        (self.directory / "box.json").write_text(
+            json.dumps({**asdict(self), "directory": str(self.directory), "key": str(self.key)})
+        )
 
 
 def _prepare(box: Box, rootfs: Path) -> None:
@@ -151,7 +150,15 @@ def _prepare(box: Box, rootfs: Path) -> None:
     for sub in ("upper", "work", "merged"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={rootfs},upperdir={d / 'upper'},workdir={d / 'work'}", str(box.root)],
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir={rootfs},upperdir={d / 'upper'},workdir={d / 'work'}",
+            str(box.root),
+        ],
         check=True,
     )
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", box.name, "-f", str(box.key)], check=True)

@@ -1,9 +1,9 @@
 import pytest
-from tests.unit.test_model_size import LLAMA3_8B
 
 from sglang_layout.memory import check_memory, memory_fit
 from sglang_layout.model_size import estimate_weights
 from sglang_layout.schema import parse_layout
+from tests.unit.test_model_size import LLAMA3_8B
 
 COMMON = {"mem-fraction-static": 0.88, "context-length": 32768}
 

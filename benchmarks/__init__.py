@@ -1,0 +1,1 @@
+"""Benchmarks of SGLang layouts (the Locust workload and its wrapper arrive with the benchmark issue)."""
