@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,14 @@ def test_stand_in_sglang_installs_from_the_wheelhouse_and_serves_under_systemd(b
     journal = box.run("sudo", "journalctl", "-u", "standin", "--no-pager").stdout
     assert "The server is fired up and ready to roll!" in journal
     box.run("sudo", "systemctl", "stop", "standin")
+
+
+def test_ansible_reaches_the_box_over_ssh_with_become(box, tmp_path):
+    inventory = box.write_inventory(tmp_path / "inventory.yml")
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["ansible", "sglang_servers", "-i", str(inventory), "-m", "ansible.builtin.command", "-a", "id -u"],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{box.name} | CHANGED | rc=0" in done.stdout and done.stdout.strip().endswith("0")
