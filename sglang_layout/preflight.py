@@ -86,13 +86,11 @@ def _weights(facts: Facts) -> tuple[ModelWeights | None, list[Finding]]:
         return None, [Finding.warning("memory", f"memory fit not checked: {exc}")]
 
 
-def check_layout(layout: Layout, facts: Facts, weights: ModelWeights | None = None) -> Verdict:
-    """All rules for one layout. `weights` may be passed in to estimate once for many layouts."""
-    findings: list[Finding] = []
+def check_layout(layout: Layout, facts: Facts, estimate: tuple[ModelWeights | None, list[Finding]] | None = None) -> Verdict:
+    """All rules for one layout. `estimate` (weights, notes) may be passed in to estimate once for many layouts."""
+    weights, notes = estimate if estimate is not None else _weights(facts)
+    findings: list[Finding] = list(notes)
     skipped: list[str] = []
-    if weights is None:
-        weights, notes = _weights(facts)
-        findings += notes
     argv = command.server_args(layout, model_path=facts.model_path, port=facts.port, host=facts.host)
     findings += parallel.check_parallel(layout, facts.gpu_count, weights.routed_experts if weights else None)
     fit = None
@@ -111,10 +109,5 @@ def check_layout(layout: Layout, facts: Facts, weights: ModelWeights | None = No
 
 
 def check_all(layouts: Mapping[str, Layout], facts: Facts) -> list[Verdict]:
-    weights, notes = _weights(facts)
-    verdicts = []
-    for layout in layouts.values():
-        verdict = check_layout(layout, facts, weights)
-        verdict.findings[:0] = notes
-        verdicts.append(verdict)
-    return verdicts
+    estimate = _weights(facts)
+    return [check_layout(layout, facts, estimate) for layout in layouts.values()]
