@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.rehearsal.standin import local_server, wait_http
+from tests.rehearsal.standin import local_server, stream_chat, wait_http
 
 FAST = {"load_seconds": 0.4, "prefill_ms": 5}
 
@@ -81,20 +80,8 @@ def test_api_key_guards_all_but_health_and_metrics(tmp_path):
 
 
 def _decode_rate(url: str, tokens: int, results: list) -> None:
-    body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": tokens, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
-    times, usage = [], None
-    with urllib.request.urlopen(request, timeout=60) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if line.startswith("data: {"):
-                chunk = json.loads(line[6:])
-                if chunk["choices"]:
-                    times.append(time.monotonic())
-                usage = chunk.get("usage") or usage
-    results.append(((len(times) - 1) / (times[-1] - times[0]), usage["completion_tokens"]))
+    completion_tokens, rate = stream_chat(url, tokens)
+    results.append((rate, completion_tokens))
 
 
 @pytest.mark.parametrize(("concurrency", "base_ms", "slope_ms"), [(1, 10.0, 0.0), (8, 10.0, 0.5)])

@@ -6,18 +6,16 @@ parts land.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from sglang_layout import command
 from sglang_layout.sources import declaration_from_vars, load_yaml_vars
 from tests.rehearsal import box as boxes
-from tests.rehearsal.standin import wait_http, wheelhouse, write_simulation
+from tests.rehearsal.standin import stream_chat, wait_http, wheelhouse, write_simulation
 
 REPO = Path(__file__).resolve().parents[2]
 KIMI = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
@@ -43,21 +41,6 @@ def preflight() -> None:
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-2000:])
         raise SystemExit("preflight failed")
-
-
-def stream_one(url: str, tokens: int = 64) -> tuple[int, float]:
-    body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": tokens, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    times, usage = [], {}
-    with urllib.request.urlopen(request, timeout=60) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if line.startswith("data: {"):
-                chunk = json.loads(line[6:])
-                times += [time.monotonic()] if chunk["choices"] else []
-                usage = chunk.get("usage") or usage
-    return usage.get("completion_tokens", 0), (len(times) - 1) / (times[-1] - times[0])
 
 
 def launch(box: boxes.Box, name: str, unit: str, port: int) -> None:
@@ -88,7 +71,7 @@ def main() -> int:
         launch(box, "ep8", "sglang-k26-ep8", port)
         status = wait_http(f"http://127.0.0.1:{port}/health_generate", 60)
         print(f"/health_generate -> {status}")
-        tokens, rate = stream_one(f"http://127.0.0.1:{port}/v1/chat/completions")
+        tokens, rate = stream_chat(f"http://127.0.0.1:{port}", 64)
         expected = 1000 / (15.4 + SIMULATION["itl_slope_ms"])  # one running request
         print(f"one streamed request: {tokens} tokens at {rate:.1f} tok/s (stand-in's clock: {expected:.1f})")
         box.run("sudo", "systemctl", "stop", "sglang-k26-ep8")

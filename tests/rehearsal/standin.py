@@ -81,6 +81,25 @@ def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None)
     return status
 
 
+def stream_chat(base_url: str, tokens: int) -> tuple[int, float]:
+    """One streaming chat request with ignore_eos: (server-counted tokens, client-measured decode tok/s)."""
+    body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": tokens, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    request = urllib.request.Request(base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    times: list[float] = []
+    usage: dict = {}
+    with urllib.request.urlopen(request, timeout=60) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                if chunk["choices"]:
+                    times.append(time.monotonic())
+                usage = chunk.get("usage") or usage
+    return usage.get("completion_tokens", 0), (len(times) - 1) / (times[-1] - times[0])
+
+
 @contextlib.contextmanager
 def local_server(tmp: Path, *flags: str, **simulation: object) -> Iterator[tuple[subprocess.Popen, str, Path]]:
     """Run the stand-in from source on loopback: (process, base URL, log path). Always stopped after."""
