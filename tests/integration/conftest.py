@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from tests.rehearsal import apt_repo, standin
 from tests.rehearsal import box as boxes
+from tests.rehearsal.playbook import PlaybookRun, run_playbook, write_inventory
 
 NEEDS = ("debootstrap", "systemd-nspawn", "dpkg-deb", "gpg", "ssh")
 
@@ -44,3 +47,33 @@ def cuda_repo(box_support, tmp_path_factory) -> Iterator[apt_repo.AptRepo]:
 @pytest.fixture(scope="session")
 def wheelhouse() -> str:
     return str(standin.wheelhouse())
+
+
+# The simulated GPU host every provisioned box stands in for: the field notes' 8 x ~95 GiB GPUs.
+GPU_HOST = {"gpu_count": 8, "gpu_memory_gib": 94.97, "driver_version": "580.95.05"}
+
+
+@dataclass
+class ProvisionedBox:
+    box: boxes.Box
+    inventory: Path
+    first_run: PlaybookRun
+
+    def playbook(self, playbook: str, *options: str, extra_vars: dict | None = None) -> PlaybookRun:
+        return run_playbook(playbook, self.inventory, extra_vars, *options)
+
+
+def gpu_box_inventory(box: boxes.Box, directory: Path, repo: apt_repo.AptRepo, **host_vars: object) -> Path:
+    """A box made to look like a GPU host at its edges, with an inventory pointing provision at the stand-ins."""
+    standin.make_gpu_host(box.root, **GPU_HOST)
+    return write_inventory(box, directory, **{**standin.provision_vars(repo.base_url), **host_vars})
+
+
+@pytest.fixture(scope="session")
+def provisioned(box_support, cuda_repo, tmp_path_factory) -> Iterator[ProvisionedBox]:
+    """One box provisioned by playbooks/provision.yml, shared by the tests that only need it provisioned."""
+    with boxes.running_box() as box:
+        inventory = gpu_box_inventory(box, tmp_path_factory.mktemp("provisioned"), cuda_repo)
+        first = run_playbook("playbooks/provision.yml", inventory)
+        assert first.returncode == 0, first.output[-4000:]
+        yield ProvisionedBox(box, inventory, first)

@@ -19,6 +19,7 @@ from tests.rehearsal.box import CACHE, free_port
 
 TESTS = Path(__file__).resolve().parents[1]
 SOURCE = TESTS / "standins" / "sglang"
+NVIDIA_SMI = TESTS / "standins" / "nvidia-smi" / "nvidia-smi"
 FLAGS = TESTS / "data" / "sglang-0.5.23-flags.json"
 # The stand-in's one dependency, pinned with the project's own (requirements-dev.txt).
 RUNTIME_DEPS = ("aiohttp==3.14.5",)
@@ -61,6 +62,28 @@ def wheelhouse() -> Path:
 def write_simulation(path: Path, **settings: object) -> Path:
     path.write_text(json.dumps(settings))
     return path
+
+
+# Where a rehearsal box keeps its offline mirror of PyPI (the stand-in wheelhouse).
+BOX_WHEELHOUSE = "/opt/wheelhouse"
+
+
+def make_gpu_host(box_root: Path, **simulation: object) -> None:
+    """Give a rehearsal box what a GPU host has at its edges: a (stand-in) nvidia-smi answering for the
+    simulated GPUs, the simulation file the stand-in server reads, and a local wheelhouse in place of PyPI.
+    """
+    shutil.copy(NVIDIA_SMI, box_root / "usr" / "local" / "bin" / "nvidia-smi")
+    write_simulation(box_root / "etc" / "sglang-standin.json", **simulation)
+    shutil.copytree(wheelhouse(), box_root / BOX_WHEELHOUSE.lstrip("/"), dirs_exist_ok=True)
+
+
+def provision_vars(cuda_repo_base_url: str) -> dict[str, object]:
+    """Role settings that point provisioning at the stand-ins (a mirror and a wheelhouse, as an offline site would)."""
+    return {
+        "cuda_toolkit_repo_base_url": cuda_repo_base_url,
+        "sglang_venv_find_links": [BOX_WHEELHOUSE],
+        "sglang_venv_no_index": True,
+    }
 
 
 def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None) -> int:

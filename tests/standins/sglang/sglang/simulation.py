@@ -17,6 +17,8 @@ DEFAULT_PATH = "/etc/sglang-standin.json"
 class Simulation:
     gpu_count: int = 8
     gpu_memory_gib: float = 95.0
+    gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+    driver_version: str = "580.95.05"
     weights_gib: float = 10.0
     load_seconds: float = 1.0
     prefill_ms: float = 20.0

@@ -1,0 +1,37 @@
+"""Filters: thin adapters over sglang_layout for the provisioning roles (no logic of their own)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    import sglang_layout  # noqa: F401  (installed into the venv by bin/setup)
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from sglang_layout import flags, gpus
+
+
+def sglang_gpu_record(query_output: str) -> dict[str, Any]:
+    """nvidia-smi --query-gpu CSV -> the GPU record preflight reads."""
+    try:
+        return gpus.parse_gpu_query(query_output)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"sglang_gpu_record: {exc}") from exc
+
+
+def sglang_flag_table(help_text: str, version: str) -> dict[str, Any]:
+    """`launch_server --help` text -> the flag table preflight checks rendered commands against."""
+    table = flags.parse_help(help_text, version=version)
+    if not table.options:
+        raise AnsibleFilterError("sglang_flag_table: no options found in the --help text")
+    return table.to_json()
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"sglang_gpu_record": sglang_gpu_record, "sglang_flag_table": sglang_flag_table}
