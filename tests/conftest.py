@@ -42,12 +42,25 @@ def declaration(declared_vars):
 
 
 # The tuned EP8 unit's ExecStart flags, as the field notes give them.
+# The field notes' unit ran as root with the model in /root/models; this project's service user reads it
+# from the declared sglang_model_path instead (group_vars: /srv/models/Kimi-K2.6).
+FIELD_NOTES_MODEL_PATH = "/root/models/Kimi-K2.6"
 FIELD_NOTES_EP8_TUNED = [
     *("--model-path", "/root/models/Kimi-K2.6", "--port", "30001", "--host", "0.0.0.0"),
     *("--tp-size", "8", "--ep-size", "8", "--mem-fraction-static", "0.88", "--context-length", "32768"),
     *("--max-running-requests", "256", "--num-continuous-decode-steps", "8", "--attention-backend", "triton"),
     *("--trust-remote-code", "--grammar-backend", "none"),
 ]
+
+
+def flag_pairs(argv: list[str]) -> dict[str, str | bool]:
+    """--flag value / --switch words -> {flag: value or True}: a command compared flag by flag, in any order."""
+    pairs, i = {}, 0
+    while i < len(argv):
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        pairs[argv[i]] = argv[i + 1] if has_value else True
+        i += 2 if has_value else 1
+    return pairs
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from sglang_layout import flags, report
 from sglang_layout.preflight import Facts, check_all
 from sglang_layout.schema import DeclarationError, parse_layouts, select_layout
 from sglang_layout.sources import read_flag_table, read_model
+from sglang_layout.unit import unit_spec
 
 ARGUMENT_SPEC = {
     "layouts": {"type": "dict", "required": True},
@@ -37,6 +38,14 @@ ARGUMENT_SPEC = {
     "model_path": {"type": "str", "default": "/models/model"},
     "port": {"type": "int", "default": 30000},
     "bind_address": {"type": "str", "default": "0.0.0.0"},
+    # Refuse a failing layout (true) or only report it (false: the user switched preflight off).
+    "enforce": {"type": "bool", "default": True},
+    # With these, the chosen layout's unit (name, ExecStart, environment) is rendered too.
+    "model_slug": {"type": "str"},
+    "venv": {"type": "str"},
+    "python_version": {"type": "str"},
+    "cuda_home": {"type": "str"},
+    "base_env": {"type": "dict", "default": {}},
 }
 
 
@@ -93,10 +102,28 @@ class ActionModule(ActionBase):
             reasons=report.format_reasons(verdicts).splitlines(),
             verdicts={v.layout.name: v.to_dict() for v in verdicts},
         )
-        if chosen is not None:
-            verdict = next(v for v in verdicts if v.layout.name == chosen.name)
-            result["verdict"] = verdict.to_dict()
-            if not verdict.ok:
+        if chosen is None:
+            return result
+        verdict = next(v for v in verdicts if v.layout.name == chosen.name)
+        result["verdict"] = verdict.to_dict()
+        if args["venv"]:
+            result["unit"] = unit_spec(
+                chosen,
+                model_slug=args["model_slug"] or "model",
+                model_path=facts.model_path,
+                port=facts.port,
+                host=facts.host,
+                venv=args["venv"],
+                python_version=args["python_version"] or "3",
+                cuda_home=args["cuda_home"] or "/usr/local/cuda",
+                base_env={str(k): str(v) for k, v in args["base_env"].items()},
+            ).to_dict()
+        if not verdict.ok:
+            refusal = f"preflight refused layout {chosen.name}: " + "; ".join(f.text() for f in verdict.errors)
+            if args["enforce"]:
                 result["failed"] = True
-                result["msg"] = f"preflight refused layout {chosen.name}: " + "; ".join(f.text() for f in verdict.errors)
+                result["msg"] = refusal
+            else:
+                self._display.warning(f"{refusal} -- going on because preflight is switched off")
+                result["overridden"] = refusal
         return result

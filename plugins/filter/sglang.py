@@ -13,7 +13,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import flags, gpus
+from sglang_layout import diagnosis, flags, gpus
 
 
 def sglang_gpu_record(query_output: str) -> dict[str, Any]:
@@ -32,6 +32,16 @@ def sglang_flag_table(help_text: str, version: str) -> dict[str, Any]:
     return table.to_json()
 
 
+def sglang_diagnose(journal: str, timed_out: bool = False) -> dict[str, Any]:
+    """A failed start's journal -> {cause, title, advice, lines, message}."""
+    found = diagnosis.diagnose(journal or "", timed_out=bool(timed_out))
+    return {**found.to_dict(), "message": found.message()}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"sglang_gpu_record": sglang_gpu_record, "sglang_flag_table": sglang_flag_table}
+        return {
+            "sglang_gpu_record": sglang_gpu_record,
+            "sglang_flag_table": sglang_flag_table,
+            "sglang_diagnose": sglang_diagnose,
+        }

@@ -49,8 +49,13 @@ def wheelhouse() -> str:
     return str(standin.wheelhouse())
 
 
-# The simulated GPU host every provisioned box stands in for: the field notes' 8 x ~95 GiB GPUs.
-GPU_HOST = {"gpu_count": 8, "gpu_memory_gib": 94.97, "driver_version": "580.95.05"}
+REPO = Path(__file__).resolve().parents[2]
+KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
+# The simulated GPU host every provisioned box stands in for: the field notes' 8 x ~95 GiB GPUs serving a
+# ~1T INT4 model (553 GiB of weights), EP8 at 65 tok/s for one request (the field notes' C=1 figure).
+GPU_HOST = {"gpu_count": 8, "gpu_memory_gib": 94.97, "driver_version": "580.95.05", "weights_gib": 553,
+            "load_seconds": 2, "itl_ms": {"default": 38.0, "tp8-ep8-pp1-dp1": 15.4}}  # fmt: skip
+MODEL_PATH = "/srv/models/Kimi-K2.6"
 
 
 @dataclass
@@ -58,6 +63,7 @@ class ProvisionedBox:
     box: boxes.Box
     inventory: Path
     first_run: PlaybookRun
+    port: int
 
     def playbook(self, playbook: str, *options: str, extra_vars: dict | None = None) -> PlaybookRun:
         return run_playbook(playbook, self.inventory, extra_vars, *options)
@@ -73,7 +79,13 @@ def gpu_box_inventory(box: boxes.Box, directory: Path, repo: apt_repo.AptRepo, *
 def provisioned(box_support, cuda_repo, tmp_path_factory) -> Iterator[ProvisionedBox]:
     """One box provisioned by playbooks/provision.yml, shared by the tests that only need it provisioned."""
     with boxes.running_box() as box:
-        inventory = gpu_box_inventory(box, tmp_path_factory.mktemp("provisioned"), cuda_repo)
+        port = boxes.free_port()  # boxes share the host's network: each server needs its own port
+        serving = {"sglang_model_path": MODEL_PATH, "sglang_port": port, "sglang_bind_address": "127.0.0.1",
+                   "sglang_service_health_interval": 0.5, "sglang_service_health_timeout": 60}  # fmt: skip
+        inventory = gpu_box_inventory(box, tmp_path_factory.mktemp("provisioned"), cuda_repo, **serving)
+        model = box.root / MODEL_PATH.lstrip("/")
+        model.mkdir(parents=True)
+        shutil.copy(KIMI_CONFIG, model / "config.json")
         first = run_playbook("playbooks/provision.yml", inventory)
         assert first.returncode == 0, first.output[-4000:]
-        yield ProvisionedBox(box, inventory, first)
+        yield ProvisionedBox(box, inventory, first, port)

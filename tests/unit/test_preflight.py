@@ -9,6 +9,7 @@ from sglang_layout.cli import main
 from sglang_layout.preflight import Facts, check_all, check_layout
 from sglang_layout.report import format_report
 from sglang_layout.schema import parse_layout
+from tests.conftest import FIELD_NOTES_MODEL_PATH, flag_pairs
 
 
 @pytest.fixture
@@ -44,16 +45,9 @@ def test_rendered_ep8_tuned_matches_the_field_notes_unit(declaration, field_note
     argv = command.server_args(
         declaration.layouts["ep8-tuned"], model_path=declaration.model_path, port=declaration.port, host=declaration.bind_address
     )
-
-    def pairs(tokens):
-        out, i = {}, 0
-        while i < len(tokens):
-            has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
-            out[tokens[i]] = tokens[i + 1] if has_value else True
-            i += 2 if has_value else 1
-        return out
-
-    assert pairs(argv) == pairs(field_notes_argv)
+    expected, rendered = flag_pairs(field_notes_argv), flag_pairs(argv)
+    assert expected.pop("--model-path") == FIELD_NOTES_MODEL_PATH and rendered.pop("--model-path") == declaration.model_path
+    assert rendered == expected
 
 
 def test_environment_and_visible_devices(declaration):

@@ -35,7 +35,8 @@ def init_model(args: object) -> None:
     moe_tp = tp // ep // _int(args.moe_dp_size, 1)
     intermediate = 2048
     log.info("Init MoE layers: moe_tp_size=%d", moe_tp)
-    _ = intermediate // moe_tp  # ZeroDivisionError exactly as SGLang raises it for tp 2 ep 4
+    # For tp 2 ep 4 this raises ZeroDivisionError, as SGLang's MoE layer init does.
+    _ = intermediate // moe_tp
 
 
 def load_weights(args: object, sim: simulation.Simulation) -> None:

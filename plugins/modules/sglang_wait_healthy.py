@@ -1,0 +1,131 @@
+#!/usr/bin/python
+"""Ansible module: wait until a layout's unit really generates, or stop waiting the moment it has exited."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_wait_healthy
+short_description: Wait for an SGLang unit to answer /health_generate with 200
+description:
+  - Polls the server's health URL (a real one-token generation) and the unit's state together.
+  - Succeeds on HTTP 200 while the unit is active; fails at once when the unit has exited, else at the timeout.
+options:
+  unit:
+    description: The systemd unit running the server.
+    type: str
+    required: true
+  url:
+    description: The health URL, e.g. http://127.0.0.1:30001/health_generate.
+    type: str
+    required: true
+  timeout:
+    description: Seconds to wait for a healthy answer (model loads can take many minutes).
+    type: int
+    default: 1800
+  interval:
+    description: Seconds between polls.
+    type: float
+    default: 1.0
+author: sglang-layouts project
+"""
+
+EXAMPLES = r"""
+- name: Wait until ep8 generates
+  sglang_wait_healthy:
+    unit: sglang-k26-ep8.service
+    url: http://127.0.0.1:30001/health_generate
+    timeout: 1800
+"""
+
+RETURN = r"""
+outcome:
+  description: healthy, exited or timeout.
+  type: str
+  returned: always
+status:
+  description: The last HTTP status seen (0 when nothing answered).
+  type: int
+  returned: always
+elapsed:
+  description: Seconds waited.
+  type: float
+  returned: always
+unit_state:
+  description: The unit's ActiveState, SubState, Result and ExecMainStatus when the wait ended.
+  type: dict
+  returned: always
+"""
+
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+STATE_PROPERTIES = ("ActiveState", "SubState", "Result", "ExecMainStatus", "InvocationID")
+
+
+def unit_state(module: AnsibleModule, unit: str) -> dict[str, str]:
+    argv = ["systemctl", "show", unit] + [f"--property={name}" for name in STATE_PROPERTIES]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310  (an http URL we compose)
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str", "required": True},
+            "url": {"type": "str", "required": True},
+            "timeout": {"type": "int", "default": 1800},
+            "interval": {"type": "float", "default": 1.0},
+        },
+        supports_check_mode=True,  # it only reads
+    )
+    unit, url = module.params["unit"], module.params["url"]
+    started = time.monotonic()
+    deadline = started + module.params["timeout"]
+    status = 0
+    while True:
+        state = unit_state(module, unit)
+        if state.get("ActiveState") not in ("active", "activating", "reloading"):
+            outcome = "exited"
+            break
+        status = http_status(url)
+        if status == 200 and unit_state(module, unit).get("ActiveState") == "active":
+            outcome = "healthy"
+            break
+        if time.monotonic() >= deadline:
+            outcome = "timeout"
+            break
+        time.sleep(module.params["interval"])
+    result = {
+        "changed": False,
+        "outcome": outcome,
+        "status": status,
+        "elapsed": round(time.monotonic() - started, 1),
+        "unit_state": state,
+    }
+    if outcome == "healthy":
+        module.exit_json(**result)
+    why = (
+        f"{unit} exited ({state.get('Result')}, status {state.get('ExecMainStatus')})"
+        if outcome == "exited"
+        else f"{unit} did not answer 200 on {url} within {module.params['timeout']} s (last status {status})"
+    )
+    module.fail_json(msg=why, **result)
+
+
+if __name__ == "__main__":
+    main()

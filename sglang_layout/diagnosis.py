@@ -1,0 +1,116 @@
+"""Why a layout's server did not become healthy: its journal classified into a cause a person can act on."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Cause:
+    key: str
+    title: str
+    patterns: tuple[re.Pattern[str], ...]
+    advice: str
+
+
+def _patterns(*texts: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(text, re.IGNORECASE) for text in texts)
+
+
+# In order: the first cause with a matching line wins. Argparse and bind errors come first because
+# they are certain; OOM and width errors often arrive wrapped in later, vaguer tracebacks.
+CAUSES = (
+    Cause(
+        "flag",
+        "SGLang refused a command-line flag (argparse, exit 2)",
+        _patterns(
+            r"error: (unrecognized arguments|ambiguous option|argument --?\S+: invalid choice|argument --?\S+:)",
+            r"the following arguments are required",
+        ),
+        "Fix the flag in the layout's args (or sglang_common_args); keep preflight on, it checks flags against "
+        "the installed version's --help.",
+    ),
+    Cause(
+        "port",
+        "the port is already in use",
+        _patterns(r"address already in use", r"\[Errno 98\]"),
+        "Another process holds the port: find it with `ss -ltnp`, stop it, or change sglang_port.",
+    ),
+    Cause(
+        "model_missing",
+        "the model files are missing or unreadable",
+        _patterns(
+            r"does not appear to have a file named config\.json",
+            r"is not a local folder and is not a valid model",
+            r"Repo id must be",
+            r"No such file or directory: .*(config\.json|safetensors)",
+            r"Permission denied: .*(config\.json|safetensors|/models?/)",
+        ),
+        "Check sglang_model_path exists on the host and the service user can read it.",
+    ),
+    Cause(
+        "oom",
+        "out of GPU memory",
+        _patterns(r"out of memory", r"OutOfMemoryError", r"Not enough memory", r"CUDA_ERROR_OUT_OF_MEMORY"),
+        "The weights do not fit the layout's GPUs: use more GPUs (larger tp x pp x dp), a lower "
+        "mem-fraction-static, a smaller context, or a more quantized checkpoint.",
+    ),
+    Cause(
+        "parallel_width",
+        "a parallel-width error (EP nests inside TP)",
+        _patterns(
+            r"ZeroDivisionError", r"ep_size.*(divisible|divide)", r"(divisible|divide).*ep_size", r"invalid device ordinal"
+        ),
+        "ep must divide tp (MoE TP width = tp // ep // moe_dp >= 1) and dp x tp x pp must not exceed the GPUs: "
+        "on 8 GPUs write e.g. tp 8, ep 4.",
+    ),
+    Cause(
+        "nccl",
+        "an NCCL (GPU communication) error",
+        _patterns(r"NCCL error", r"nccl(Internal|System|Unhandled|Invalid)\w*Error", r"NCCL WARN"),
+        "Check NCCL_P2P_LEVEL / NCCL_IB_DISABLE in the environment, GPU topology (nvidia-smi topo -m) and "
+        "that no other process holds the GPUs; NCCL_DEBUG=INFO in the layout's env shows more.",
+    ),
+)
+TIMEOUT = Cause(
+    "timeout",
+    "the server did not become healthy in time",
+    (),
+    "It may still be loading: raise sglang_service_health_timeout, or look at the journal for where it stopped.",
+)
+UNKNOWN = Cause("unknown", "the server exited for a reason not recognised", (),
+                "Read the journal lines quoted above (journalctl -u UNIT).")  # fmt: skip
+_ERRORISH = re.compile(r"(error|exception|traceback|fatal|killed)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: str
+    title: str
+    advice: str
+    lines: list[str] = field(default_factory=list)
+
+    def message(self) -> str:
+        quoted = "\n".join(f"  | {line}" for line in self.lines) or "  | (the journal is empty)"
+        return f"Cause: {self.title}.\n{quoted}\nWhat to do: {self.advice}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"cause": self.cause, "title": self.title, "advice": self.advice, "lines": self.lines}
+
+
+def diagnose(journal: str, *, timed_out: bool = False, max_lines: int = 6) -> Diagnosis:
+    """Classify a failed start from its journal (the unit's own invocation only)."""
+    lines = [line.rstrip() for line in journal.splitlines() if line.strip()]
+    for cause in CAUSES:
+        hits = [line for line in lines if any(p.search(line) for p in cause.patterns)]
+        if hits:
+            return Diagnosis(cause.key, cause.title, cause.advice, _dedupe(hits)[-max_lines:])
+    chosen = TIMEOUT if timed_out else UNKNOWN
+    errorish = [line for line in lines if _ERRORISH.search(line)]
+    return Diagnosis(chosen.key, chosen.title, chosen.advice, (errorish or lines)[-max_lines:])
+
+
+def _dedupe(lines: list[str]) -> list[str]:
+    seen: set[str] = set()
+    return [line for line in lines if not (line in seen or seen.add(line))]

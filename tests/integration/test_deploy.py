@@ -1,0 +1,234 @@
+"""deploy.yml on a provisioned rehearsal box with the stand-in server: swaps, refusals, crashes and rollbacks.
+
+The tests run in file order on one box (deploy state carries over, as on a real host).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from tests.conftest import FIELD_NOTES_EP8_TUNED, FIELD_NOTES_MODEL_PATH, flag_pairs
+from tests.integration.conftest import MODEL_PATH
+from tests.rehearsal.standin import wait_http
+
+UNIT_DIR = "/etc/systemd/system"
+
+
+def unit(layout: str) -> str:
+    return f"sglang-k26-{layout}.service"
+
+
+def state(box, layout: str) -> tuple[str, str]:
+    active = box.run("systemctl", "is-active", unit(layout), check=False).stdout.strip()
+    enabled = box.run("systemctl", "is-enabled", unit(layout), check=False).stdout.strip()
+    return active, enabled
+
+
+def main_pid(box, layout: str) -> str:
+    return box.run("systemctl", "show", "--property=MainPID", "--value", unit(layout)).stdout.strip()
+
+
+def project_units(box) -> list[str]:
+    listed = box.run("sh", "-c", f"grep -l '^X-SGLang-Layout=' {UNIT_DIR}/sglang-*.service", check=False).stdout.split()
+    return sorted(path.rsplit("/", 1)[1] for path in listed)
+
+
+def active_units(box) -> list[str]:
+    return [name for name in project_units(box) if box.run("systemctl", "is-active", name, check=False).stdout.strip() == "active"]
+
+
+def enabled_units(box) -> list[str]:
+    return [name for name in project_units(box) if box.run("systemctl", "is-enabled", name, check=False).stdout.strip() == "enabled"]
+
+
+def active_fact(box) -> dict:
+    return json.loads(box.run("sudo", "cat", "/etc/ansible/facts.d/sglang_service.fact").stdout)
+
+
+def serving_only(box, port: int, layout: str) -> None:
+    assert active_units(box) == [unit(layout)] and enabled_units(box) == [unit(layout)]
+    assert wait_http(f"http://127.0.0.1:{port}/health_generate", 10) == 200
+    assert active_fact(box)["active_layout"] == layout
+
+
+def deploy(provisioned, layout: str, *options: str, extra_vars: dict | None = None):
+    return provisioned.playbook("deploy.yml", "-e", f"layout={layout}", *options, extra_vars=extra_vars)
+
+
+def test_deploy_ep8_serves_and_deploying_it_again_changes_nothing(provisioned):
+    first = deploy(provisioned, "ep8")
+    assert first.returncode == 0, first.output[-3000:]
+    serving_only(provisioned.box, provisioned.port, "ep8")
+    again = deploy(provisioned, "ep8")
+    assert again.returncode == 0, again.output[-3000:]
+    assert again.changed(provisioned.box.name) == 0, again.stdout
+
+
+def test_swap_to_tp8_leaves_exactly_one_layout_active_and_enabled(provisioned):
+    swapped = deploy(provisioned, "tp8")
+    assert swapped.returncode == 0, swapped.output[-3000:]
+    assert "Swapping sglang-k26-ep8.service -> sglang-k26-tp8.service" in swapped.stdout
+    serving_only(provisioned.box, provisioned.port, "tp8")
+    assert state(provisioned.box, "ep8") == ("inactive", "disabled")
+
+
+@pytest.mark.parametrize(
+    ("layout", "reasons"),
+    [
+        ("tp2ep4", ["preflight refused layout tp2ep4", "ZeroDivisionError", "on 8 GPUs write tp 8, ep 4"]),
+        ("tp4ep2", ["preflight refused layout tp4ep2", "uses 4 GPUs", "out of memory"]),
+    ],
+)
+def test_preflight_refuses_the_field_failures_and_tp8_keeps_serving_untouched(provisioned, layout, reasons):
+    box = provisioned.box
+    before = (main_pid(box, "tp8"), project_units(box))
+    refused = deploy(provisioned, layout)
+    assert refused.returncode != 0
+    for reason in reasons:
+        assert reason in refused.stdout, refused.stdout[-3000:]
+    assert refused.changed(box.name) == 0
+    assert (main_pid(box, "tp8"), project_units(box)) == before
+    serving_only(box, provisioned.port, "tp8")
+
+
+@pytest.mark.parametrize(
+    ("layout", "extra_vars", "cause", "quoted"),
+    [
+        ("tp2ep4", None, "Cause: a parallel-width error", "ZeroDivisionError: integer division or modulo by zero"),
+        ("tp4ep2", None, "Cause: out of GPU memory", "CUDA out of memory"),
+        ("badflag", {"sglang_layouts": {"badflag": {"tp": 8, "args": {"cuda-graph-max-bs": 64}}}},
+         "Cause: SGLang refused a command-line flag", "error: ambiguous option: --cuda-graph-max-bs could match"),
+    ],
+)  # fmt: skip
+def test_with_preflight_off_a_crash_is_diagnosed_and_tp8_serves_again(provisioned, layout, extra_vars, cause, quoted):
+    box = provisioned.box
+    crashed = deploy(provisioned, layout, "-e", "preflight=false", extra_vars=extra_vars)
+    assert crashed.returncode != 0
+    assert f"Layout {layout} did not start: {unit(layout)} exited" in crashed.stdout, crashed.stdout[-3000:]
+    assert cause in crashed.stdout and quoted in crashed.stdout
+    assert "Rolled back: sglang-k26-tp8.service is serving again" in crashed.stdout
+    assert state(box, layout) in {("failed", "disabled"), ("inactive", "disabled")}
+    serving_only(box, provisioned.port, "tp8")
+
+
+@pytest.mark.parametrize(
+    ("layout", "extra_vars", "message"),
+    [
+        ("nope", None, "layout = 'nope': is not declared in sglang_layouts. Fix: use one of: tp8, pp8, ep8"),
+        ("bad", {"sglang_layouts": {"bad": {"tp": "eight"}}}, "sglang_layouts.bad.tp = 'eight': must be a whole number"),
+        ("warp", {"sglang_layouts": {"warp": {"tp": 8, "args": {"enable-warp-drive": True}}}},
+         "--enable-warp-drive is not a flag of SGLang 0.5.23+standin"),
+    ],
+)  # fmt: skip
+def test_bad_declarations_are_refused_before_the_host_changes(provisioned, layout, extra_vars, message):
+    box = provisioned.box
+    before = (main_pid(box, "tp8"), project_units(box))
+    refused = deploy(provisioned, layout, extra_vars=extra_vars)
+    assert refused.returncode != 0
+    assert message in refused.stdout, refused.stdout[-3000:]
+    assert (main_pid(box, "tp8"), project_units(box)) == before
+
+
+def common_args_with(**changes: object) -> dict:
+    import yaml
+
+    from tests.rehearsal.playbook import REPO
+
+    declared = yaml.safe_load((REPO / "group_vars" / "sglang_servers.yml").read_text())["sglang_common_args"]
+    return {"sglang_common_args": {**declared, **changes}}
+
+
+def test_check_diff_shows_the_unit_that_would_change_and_touches_nothing(provisioned):
+    box = provisioned.box
+    before = (main_pid(box, "tp8"), box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout)
+    checked = deploy(provisioned, "tp8", "--check", "--diff", extra_vars=common_args_with(**{"max-running-requests": 128}))
+    assert checked.returncode == 0, checked.output[-3000:]
+    assert "+ExecStart=" in checked.stdout and "--max-running-requests 128" in checked.stdout
+    assert "Would swap sglang-k26-tp8.service -> sglang-k26-tp8.service" in checked.stdout
+    assert (main_pid(box, "tp8"), box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout) == before
+
+
+def test_changed_arguments_restart_through_the_swap_and_a_bad_change_is_undone(provisioned):
+    box = provisioned.box
+    old_pid = main_pid(box, "tp8")
+    changed = deploy(provisioned, "tp8", extra_vars=common_args_with(**{"max-running-requests": 128}))
+    assert changed.returncode == 0, changed.output[-3000:]
+    assert main_pid(box, "tp8") != old_pid
+    assert "--max-running-requests 128" in box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout
+    serving_only(box, provisioned.port, "tp8")
+
+    good_unit = box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout
+    broken = deploy(provisioned, "tp8", "-e", "preflight=false",
+                    extra_vars=common_args_with(**{"max-running-requests": 128, "attention-backend": "warp"}))  # fmt: skip
+    assert broken.returncode != 0
+    assert "invalid choice: 'warp'" in broken.stdout and "Rolled back: sglang-k26-tp8.service is serving again" in broken.stdout
+    assert box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout == good_unit
+    serving_only(box, provisioned.port, "tp8")
+
+    restored = deploy(provisioned, "tp8")
+    assert restored.returncode == 0, restored.output[-3000:]
+    assert "--max-running-requests" not in box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout
+
+
+def unit_file(box, layout: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """(ExecStart words, Environment, other [Service]/[Install] keys) of a deployed unit."""
+    argv, env, keys = [], {}, {}
+    for line in box.run("cat", f"{UNIT_DIR}/{unit(layout)}").stdout.splitlines():
+        if line.startswith("ExecStart="):
+            argv = shlex.split(line.removeprefix("ExecStart="))
+        elif line.startswith("Environment="):
+            name, value = shlex.split(line.removeprefix("Environment="))[0].split("=", 1)
+            env[name] = value
+        elif "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            keys[key] = value
+    return argv, env, keys
+
+
+def test_the_deployed_ep8_tuned_unit_matches_the_field_notes_flag_by_flag(provisioned):
+    box = provisioned.box
+    deployed = deploy(provisioned, "ep8-tuned")
+    assert deployed.returncode == 0, deployed.output[-3000:]
+    argv, env, keys = unit_file(box, "ep8-tuned")
+    venv = "/opt/sglang/venv-0.5.23"
+    assert argv[:3] == [f"{venv}/bin/python", "-m", "sglang.launch_server"]
+    # The field notes' flags and values, with this box's model path, port and host in place of the field's.
+    expected = [
+        {FIELD_NOTES_MODEL_PATH: MODEL_PATH, "30001": str(provisioned.port), "0.0.0.0": "127.0.0.1"}.get(word, word)
+        for word in FIELD_NOTES_EP8_TUNED
+    ]
+    assert flag_pairs(argv[3:]) == flag_pairs(expected) and len(argv[3:]) == len(expected)
+    site = f"{venv}/lib/python3.11/site-packages/nvidia"
+    assert env == {
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+        "PATH": f"/usr/local/cuda-13.0/bin:{venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LD_LIBRARY_PATH": f"{site}/cu13/lib:{site}/cuda_runtime/lib:/usr/local/cuda-13.0/lib64",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_P2P_LEVEL": "5",
+        "NCCL_ALGO": "Ring",
+        "OMP_NUM_THREADS": "8",
+        "CUDA_HOME": "/usr/local/cuda-13.0",
+    }
+    assert {k: keys[k] for k in ("Type", "Restart", "StandardOutput", "StandardError", "WantedBy", "User")} == {
+        "Type": "simple", "Restart": "no", "StandardOutput": "journal", "StandardError": "journal",
+        "WantedBy": "multi-user.target", "User": "sglang",
+    }  # fmt: skip
+    assert box.run("head", "-3", f"{UNIT_DIR}/{unit('ep8-tuned')}").stdout.startswith("#\n# Ansible managed")
+    serving_only(box, provisioned.port, "ep8-tuned")
+
+
+def test_status_reports_and_stop_stops_every_layout(provisioned):
+    box = provisioned.box
+    status = provisioned.playbook("playbooks/status.yml")
+    assert status.returncode == 0, status.output[-3000:]
+    assert '"active layout: ep8-tuned"' in status.stdout and '/health_generate -> 200"' in status.stdout, status.stdout
+    assert '"sglang: 0.5.23+standin"' in status.stdout and '"gpus: 8 x NVIDIA RTX PRO 6000' in status.stdout
+    stopped = provisioned.playbook("playbooks/stop.yml")
+    assert stopped.returncode == 0, stopped.output[-3000:]
+    assert active_units(box) == [] and enabled_units(box) == []
+    assert wait_http(f"http://127.0.0.1:{provisioned.port}/health_generate", 1) == 0
+    again = provisioned.playbook("playbooks/stop.yml")
+    assert again.changed(box.name) == 0
