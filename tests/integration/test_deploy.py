@@ -36,12 +36,16 @@ def project_units(box) -> list[str]:
     return sorted(path.rsplit("/", 1)[1] for path in listed)
 
 
+def units_that_are(box, question: str, answer: str) -> list[str]:
+    return [name for name in project_units(box) if box.run("systemctl", question, name, check=False).stdout.strip() == answer]
+
+
 def active_units(box) -> list[str]:
-    return [name for name in project_units(box) if box.run("systemctl", "is-active", name, check=False).stdout.strip() == "active"]
+    return units_that_are(box, "is-active", "active")
 
 
 def enabled_units(box) -> list[str]:
-    return [name for name in project_units(box) if box.run("systemctl", "is-enabled", name, check=False).stdout.strip() == "enabled"]
+    return units_that_are(box, "is-enabled", "enabled")
 
 
 def active_fact(box) -> dict:
