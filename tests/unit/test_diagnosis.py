@@ -1,0 +1,63 @@
+"""A failed start's journal -> a cause a person can act on, with the lines that show it."""
+
+import pytest
+
+from sglang_layout.diagnosis import diagnose
+
+# Journal excerpts in the shapes SGLang and its libraries print them.
+ARGPARSE = (
+    "usage: launch_server.py [-h] --model-path MODEL_PATH ...\n"
+    "launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match "
+    "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+)
+CHOICE = "launch_server.py: error: argument --moe-a2a-backend: invalid choice: 'bogus' (choose from 'none', 'deepep')"
+OOM = """[2026-11-30 10:00:01] Load weight begin.
+Traceback (most recent call last):
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 56.00 GiB. GPU 0 has a total capacity of 94.97 GiB"""
+ZERO = """  File "/opt/sglang/venv/lib/python3.12/site-packages/sglang/srt/layers/moe/fused_moe_triton/layer.py", line 213
+    self.intermediate_size_per_partition = intermediate_size // self.moe_tp_size
+ZeroDivisionError: integer division or modulo by zero"""
+PORT = "OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 30001): address already in use"
+MODEL = "OSError: /srv/models/Kimi-K2.6 does not appear to have a file named config.json."
+NCCL = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
+
+
+@pytest.mark.parametrize(
+    ("journal", "cause", "quoted"),
+    [
+        (ARGPARSE, "flag", "ambiguous option: --cuda-graph-max-bs"),
+        (CHOICE, "flag", "invalid choice: 'bogus'"),
+        (OOM, "oom", "CUDA out of memory"),
+        (ZERO, "parallel_width", "ZeroDivisionError"),
+        (PORT, "port", "address already in use"),
+        (MODEL, "model_missing", "config.json"),
+        (NCCL, "nccl", "NCCL error"),
+    ],
+)
+def test_each_failure_is_named_and_its_lines_quoted(journal, cause, quoted):
+    found = diagnose(journal)
+    assert found.cause == cause
+    assert any(quoted in line for line in found.lines)
+    assert found.advice and found.title in found.message()
+
+
+def test_an_oom_buried_under_a_later_nccl_teardown_is_still_an_oom():
+    found = diagnose(OOM + "\n" + "[rank3] NCCL WARN Connection closed by remote peer")
+    assert found.cause == "oom"
+
+
+def test_a_timeout_without_a_known_error_says_so_and_quotes_the_last_lines():
+    journal = "\n".join(f"[t] Load weight progress {i}%" for i in range(0, 100, 10))
+    found = diagnose(journal, timed_out=True)
+    assert found.cause == "timeout" and "sglang_service_health_timeout" in found.advice
+    assert found.lines[-1] == "[t] Load weight progress 90%" and len(found.lines) == 6
+
+
+def test_an_unknown_crash_quotes_the_error_lines_not_the_noise():
+    found = diagnose("[t] starting\n[t] loading\nRuntimeError: something new\n[t] exiting")
+    assert found.cause == "unknown" and found.lines == ["RuntimeError: something new"]
+
+
+def test_an_empty_journal_is_said_plainly():
+    found = diagnose("")
+    assert found.cause == "unknown" and "(the journal is empty)" in found.message()
