@@ -104,3 +104,34 @@ def test_a_pinned_toolkit_is_held_and_a_missing_or_old_python_is_explained(box, 
     missing = run_playbook("playbooks/provision.yml", inventory, {"sglang_venv_python": "python3.10"})
     assert missing.returncode != 0
     assert "`python3.10` did not run" in missing.stdout
+
+
+def test_model_files_from_the_controller_are_copied_once(provisioned, tmp_path):
+    source = tmp_path / "tiny-model"
+    source.mkdir()
+    (source / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (source / "model.safetensors").write_bytes(b"\0" * 4096)
+    settings = {"sglang_model_source": "controller", "sglang_model_controller_path": str(source),
+                "sglang_model_dest": "/srv/models/tiny"}  # fmt: skip
+    first = provisioned.playbook("playbooks/provision.yml", extra_vars=settings)
+    assert first.returncode == 0, first.output[-3000:]
+    assert first.changed(provisioned.box.name) > 0
+    box = provisioned.box
+    assert box.run("runuser", "-u", "sglang", "--", "cat", "/srv/models/tiny/config.json", user="root").stdout.startswith("{")
+    assert box.run("sudo", "cat", "/srv/models/tiny/.sglang-model-complete").stdout.strip() == f"controller:{source}"
+    (source / "model.safetensors").write_bytes(b"\1" * 4096)  # a changed source is not re-fetched under the same name
+    again = provisioned.playbook("playbooks/provision.yml", extra_vars=settings)
+    assert again.returncode == 0 and again.changed(box.name) == 0, again.output[-3000:]
+
+
+def test_a_hugging_face_token_never_reaches_the_output(provisioned):
+    secret = "hf_SECRET_token_that_must_not_leak"
+    settings = {"sglang_model_source": "huggingface", "sglang_model_hf_repo": "moonshotai/Kimi-K2.6",
+                "sglang_model_hf_token": secret, "sglang_model_dest": "/srv/models/from-hub"}  # fmt: skip
+    run = provisioned.playbook("playbooks/provision.yml", "-vvv", extra_vars=settings)
+    assert run.returncode != 0  # no hub here (and the stand-in venv has no hf CLI)
+    assert secret not in run.output
+    assert "censored" in run.output
+    box = provisioned.box
+    assert box.run("test", "-e", "/srv/models/from-hub/.sglang-model-complete", check=False).returncode == 1
+    assert box.run("sudo", "test", "-e", "/root/.sglang-model-hf-token", check=False).returncode == 1
