@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.rehearsal import apt_repo, standin
+from tests.rehearsal import apt_repo, gpu_host, standin
 from tests.rehearsal import box as boxes
-from tests.rehearsal.playbook import PlaybookRun, run_playbook, write_inventory
+from tests.rehearsal.playbook import PlaybookRun, run_playbook
 
 NEEDS = ("debootstrap", "systemd-nspawn", "dpkg-deb", "gpg", "ssh")
 
@@ -49,15 +49,6 @@ def wheelhouse() -> str:
     return str(standin.wheelhouse())
 
 
-REPO = Path(__file__).resolve().parents[2]
-KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
-# The simulated GPU host every provisioned box stands in for: the field notes' 8 x ~95 GiB GPUs serving a
-# ~1T INT4 model (553 GiB of weights), EP8 at 65 tok/s for one request (the field notes' C=1 figure).
-GPU_HOST = {"gpu_count": 8, "gpu_memory_gib": 94.97, "driver_version": "580.95.05", "weights_gib": 553,
-            "load_seconds": 2, "itl_ms": {"default": 38.0, "tp8-ep8-pp1-dp1": 15.4}}  # fmt: skip
-MODEL_PATH = "/srv/models/Kimi-K2.6"
-
-
 @dataclass
 class ProvisionedBox:
     box: boxes.Box
@@ -70,22 +61,15 @@ class ProvisionedBox:
 
 
 def gpu_box_inventory(box: boxes.Box, directory: Path, repo: apt_repo.AptRepo, **host_vars: object) -> Path:
-    """A box made to look like a GPU host at its edges, with an inventory pointing provision at the stand-ins."""
-    standin.make_gpu_host(box.root, **GPU_HOST)
-    return write_inventory(box, directory, **{**standin.provision_vars(repo.base_url), **host_vars})
+    return gpu_host.prepare(box, directory, repo.base_url, **host_vars)
 
 
 @pytest.fixture(scope="session")
 def provisioned(box_support, cuda_repo, tmp_path_factory) -> Iterator[ProvisionedBox]:
     """One box provisioned by playbooks/provision.yml, shared by the tests that only need it provisioned."""
     with boxes.running_box() as box:
-        port = boxes.free_port()  # boxes share the host's network: each server needs its own port
-        serving = {"sglang_model_path": MODEL_PATH, "sglang_port": port, "sglang_bind_address": "127.0.0.1",
-                   "sglang_service_health_interval": 0.5, "sglang_service_health_timeout": 60}  # fmt: skip
-        inventory = gpu_box_inventory(box, tmp_path_factory.mktemp("provisioned"), cuda_repo, **serving)
-        model = box.root / MODEL_PATH.lstrip("/")
-        model.mkdir(parents=True)
-        shutil.copy(KIMI_CONFIG, model / "config.json")
+        port = boxes.free_port()
+        inventory = gpu_box_inventory(box, tmp_path_factory.mktemp("provisioned"), cuda_repo, **gpu_host.serving_vars(port))
         first = run_playbook("playbooks/provision.yml", inventory)
         assert first.returncode == 0, first.output[-4000:]
         yield ProvisionedBox(box, inventory, first, port)

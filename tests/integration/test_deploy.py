@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 from tests.conftest import FIELD_NOTES_EP8_TUNED, FIELD_NOTES_MODEL_PATH, flag_pairs
-from tests.integration.conftest import MODEL_PATH
+from tests.rehearsal.gpu_host import MODEL_PATH
 from tests.rehearsal.standin import wait_http
 
 UNIT_DIR = "/etc/systemd/system"

@@ -1,89 +1,111 @@
-"""The rehearsal run (README's main job, no GPU): preflight the declared layouts, then launch two of
-them on a fresh rehearsal box with the STAND-IN sglang: ep8 (accepted) serves, tp2ep4 (refused by
-preflight) crashes exactly as predicted. Deploy/swap and the benchmark sweep join this run as those
-parts land.
+"""The rehearsal run (README's main job, no GPU): the real playbooks against a fresh rehearsal box whose
+edges are stand-ins (nvidia-smi, NVIDIA's apt repo, the sglang package), showing the whole path:
+
+preflight -> provision -> deploy ep8 -> deploy again (no change) -> swap to tp8 -> a refused layout
+(tp2ep4) -> the same layout forced with preflight off: crash diagnosed, tp8 back -> status, and a
+table of one streamed request per layout measured at the client. The concurrency-sweep benchmark
+joins this run when it lands.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from sglang_layout import command
-from sglang_layout.sources import declaration_from_vars, load_yaml_vars
+from tests.rehearsal import apt_repo, gpu_host
 from tests.rehearsal import box as boxes
-from tests.rehearsal.standin import stream_chat, wait_http, wheelhouse, write_simulation
+from tests.rehearsal.playbook import REPO, PlaybookRun, run_playbook
+from tests.rehearsal.standin import stream_chat
 
-REPO = Path(__file__).resolve().parents[2]
-KIMI = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
-# The simulated box: the field notes' GPUs and a ~1T INT4 model; EP8's C=1 rate of 65 tok/s.
-SIMULATION = {"gpu_count": 8, "gpu_memory_gib": 94.97, "weights_gib": 553, "load_seconds": 3,
-              "itl_ms": {"default": 38.0, "tp8-ep8-pp1-dp1": 15.4}, "itl_slope_ms": 0.2}  # fmt: skip
+OFFLINE_PREFLIGHT = {"layout": "ep8", "gpu_count": 8, "gpu_memory_gib": 94.97, "model_config_path": str(gpu_host.KIMI_CONFIG),
+                     "flag_table_path": str(REPO / "tests" / "data" / "sglang-0.5.23-flags.json")}  # fmt: skip
 
 
 def step(title: str) -> None:
     print(f"\n=== {title}", flush=True)
 
 
-def preflight() -> None:
-    step("preflight (controller only, no host): ansible-playbook playbooks/preflight.yml -e layout=ep8")
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run(
-        ["ansible-playbook", "playbooks/preflight.yml", "-e", "layout=ep8", "-e", "gpu_count=8", "-e", "gpu_memory_gib=94.97",
-         "-e", f"model_config_path={KIMI}", "-e", f"flag_table_path={REPO}/tests/data/sglang-0.5.23-flags.json"],
-        cwd=REPO, capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
-    table = [line.strip().strip('",') for line in done.stdout.splitlines() if line.strip().startswith('"') and "msg" not in line]
-    print("\n".join(table))
-    if done.returncode != 0:
-        print(done.stdout[-3000:], done.stderr[-2000:])
-        raise SystemExit("preflight failed")
+def debug_lines(run: PlaybookRun, marker: str) -> list[str]:
+    """The string lines a debug task printed after the task header containing `marker`."""
+    start = run.stdout.find(marker)
+    block = run.stdout[start:].split("\n\n", 1)[0] if start >= 0 else ""
+    return [line.strip().strip('",') for line in block.splitlines() if line.strip().startswith('"') and '"msg"' not in line]
 
 
-def launch(box: boxes.Box, name: str, unit: str, port: int) -> None:
-    declaration = declaration_from_vars(load_yaml_vars([REPO / "group_vars" / "sglang_servers.yml"]))
-    args = command.server_args(declaration.layouts[name], model_path="/models/kimi-k2.6", port=port, host="127.0.0.1")
-    argv = command.launch_command("/opt/sglang/bin/python", args)
-    print("rendered:", command.shell_line(argv))
-    box.run("sudo", "systemd-run", "--unit", unit, "--property", "Restart=no", *argv)
+def error_text(run: PlaybookRun) -> str:
+    """The message of the task that failed the run (the last [ERROR]; earlier ones were rescued)."""
+    start = run.stdout.rfind("[ERROR]: Task failed: ")
+    text = run.stdout[start:].split("\nOrigin:", 1)[0] if start >= 0 else run.output[-1500:]
+    return text.replace("[ERROR]: Task failed: Action failed: ", "").replace("[ERROR]: Task failed: ", "")
+
+
+def report(run: PlaybookRun, host: str, started: float) -> str:
+    counts = run.recap.get(host, {})
+    verdict = "ok" if run.returncode == 0 else f"FAILED (rc {run.returncode})"
+    return f"{verdict}, changed={counts.get('changed', '?')}, {time.monotonic() - started:.1f} s"
 
 
 def main() -> int:
-    preflight()
-    step("rehearsal box: boot a fresh Debian with systemd over SSH")
+    checks: list[bool] = []
+    step("preflight on the controller, no host: ansible-playbook playbooks/preflight.yml -e layout=ep8 ...")
     started = time.monotonic()
-    with boxes.running_box() as box:
-        print(f"{box.name} up in {time.monotonic() - started:.1f} s (ssh port {box.ssh_port})")
-        step("stand-in sglang 0.5.23 from a local wheelhouse into /opt/sglang")
-        subprocess.run(["cp", "-r", wheelhouse(), str(box.root / "opt" / "wheelhouse")], check=True)
-        box.run("sudo", "python3", "-m", "venv", "/opt/sglang")
-        box.run("sudo", "/opt/sglang/bin/pip", "install", "-q", "--no-index", "--find-links", "/opt/wheelhouse", "sglang==0.5.23",
-                timeout=300)  # fmt: skip
-        box.run("sudo", "mkdir", "-p", "/models/kimi-k2.6")
-        (box.root / "models" / "kimi-k2.6" / "config.json").write_text(KIMI.read_text())
-        write_simulation(box.root / "etc" / "sglang-standin.json", **SIMULATION)
-        port = boxes.free_port()
+    run = run_playbook("playbooks/preflight.yml", REPO / "inventory" / "hosts.yml", OFFLINE_PREFLIGHT)
+    print("\n".join(debug_lines(run, "Preflight | Show the verdicts")))
+    print(f"-> {report(run, 'gpu-box-1', started)}")
+    checks.append(run.returncode == 0)
 
-        step("launch ep8 (preflight: ok)")
-        launch(box, "ep8", "sglang-k26-ep8", port)
-        status = wait_http(f"http://127.0.0.1:{port}/health_generate", 60)
-        print(f"/health_generate -> {status}")
-        tokens, rate = stream_chat(f"http://127.0.0.1:{port}", 64)
-        expected = 1000 / (15.4 + SIMULATION["itl_slope_ms"])  # one running request
-        print(f"one streamed request: {tokens} tokens at {rate:.1f} tok/s (stand-in's clock: {expected:.1f})")
-        box.run("sudo", "systemctl", "stop", "sglang-k26-ep8")
+    with tempfile.TemporaryDirectory() as tmp, apt_repo.served(Path(tmp) / "repo") as repo:
+        step("a fresh Debian 12 box with systemd, reached over SSH (stand-ins: nvidia-smi, CUDA repo, sglang wheels)")
+        started = time.monotonic()
+        with boxes.running_box() as box:
+            port = boxes.free_port()
+            inventory = gpu_host.prepare(box, Path(tmp) / "inventory", repo.base_url, **gpu_host.serving_vars(port))
+            print(f"{box.name} up in {time.monotonic() - started:.1f} s; the server will listen on 127.0.0.1:{port}")
 
-        step("launch tp2ep4 anyway (preflight: REJECTED, ep must divide tp)")
-        launch(box, "tp2ep4", "sglang-k26-tp2ep4", port)
-        time.sleep(SIMULATION["load_seconds"] + 1)
-        journal = box.run("sudo", "journalctl", "-u", "sglang-k26-tp2ep4", "--no-pager", "-o", "cat").stdout
-        crash = [line for line in journal.splitlines() if "Error" in line]
-        print("journal:", crash[-1] if crash else "(no error seen)")
-    step("box torn down; done")
-    return 0 if status == 200 and crash else 1
+            def play(title: str, playbook: str, *options: str) -> PlaybookRun:
+                step(f"{title}: ansible-playbook {playbook} {' '.join(options)}".rstrip())
+                began = time.monotonic()
+                done = run_playbook(playbook, inventory, None, *options)
+                print(f"-> {report(done, box.name, began)}")
+                return done
+
+            done = play("provision", "playbooks/provision.yml")
+            checks.append(done.returncode == 0)
+            if done.returncode != 0:
+                print(done.output[-3000:])
+                return 1
+            checks.append(play("provision again", "playbooks/provision.yml").changed(box.name) == 0)
+
+            rates: dict[str, tuple[int, float]] = {}
+            for layout, expect_ok in (("ep8", True), ("ep8", True), ("tp8", True)):
+                done = play(f"deploy {layout}", "deploy.yml", "-e", f"layout={layout}")
+                checks.append((done.returncode == 0) == expect_ok)
+                if done.returncode == 0:
+                    rates.setdefault(layout, stream_chat(f"http://127.0.0.1:{port}", 128))
+
+            done = play("deploy tp2ep4 (refused by preflight, tp8 untouched)", "deploy.yml", "-e", "layout=tp2ep4")
+            print(error_text(done))
+            checks.append(done.returncode != 0 and done.changed(box.name) == 0)
+
+            done = play("deploy tp2ep4 with preflight off (crashes, is diagnosed, tp8 comes back)", "deploy.yml",
+                        "-e", "layout=tp2ep4", "-e", "preflight=false")  # fmt: skip
+            print(error_text(done))
+            checks.append(done.returncode != 0 and "Rolled back: sglang-k26-tp8.service is serving again" in done.stdout)
+
+            done = play("status", "playbooks/status.yml")
+            print("\n".join(debug_lines(done, "Status | Report")))
+            checks.append(done.returncode == 0 and "active layout: tp8" in done.stdout)
+
+            step("one streamed request per layout (128 tokens, ignore_eos), measured at the client")
+            clock = {"ep8": 1000 / 15.4, "tp8": 1000 / 38.0}
+            print(f"{'layout':8} {'tokens':>6} {'tok/s measured':>15} {'stand-in clock':>15}")
+            for layout, (tokens, rate) in rates.items():
+                print(f"{layout:8} {tokens:>6} {rate:>15.1f} {clock[layout]:>15.1f}")
+        step("box torn down")
+    print("rehearsal: " + ("every step behaved as expected" if all(checks) else f"UNEXPECTED results: {checks}"))
+    return 0 if all(checks) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,36 @@
+"""A rehearsal box made to look like the field notes' GPU host at its edges, ready for the real playbooks.
+
+The stand-ins (nvidia-smi, the CUDA apt repo, the sglang wheelhouse) sit at the edges only; the
+playbooks and roles run unchanged against it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.rehearsal import box as boxes
+from tests.rehearsal import standin
+from tests.rehearsal.playbook import REPO, write_inventory
+
+KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
+MODEL_PATH = "/srv/models/Kimi-K2.6"
+# 8 x ~95 GiB GPUs serving a ~1T INT4 model (553 GiB of weights); the stand-in's token clock gives EP8
+# 65 tok/s for one request (the field notes' C=1 figure) and the other layouts 26 tok/s.
+GPU_HOST = {"gpu_count": 8, "gpu_memory_gib": 94.97, "driver_version": "580.95.05", "weights_gib": 553,
+            "load_seconds": 2, "itl_ms": {"default": 38.0, "tp8-ep8-pp1-dp1": 15.4}}  # fmt: skip
+
+
+def serving_vars(port: int) -> dict[str, object]:
+    """Where the server listens on a box (boxes share the host's network: each needs its own port)."""
+    return {"sglang_model_path": MODEL_PATH, "sglang_port": port, "sglang_bind_address": "127.0.0.1",
+            "sglang_service_health_interval": 0.5, "sglang_service_health_timeout": 60}  # fmt: skip
+
+
+def prepare(box: boxes.Box, directory: Path, repo_base_url: str, **host_vars: object) -> Path:
+    """Stand-in edges on the box, the model's config.json in place, and an inventory for it."""
+    standin.make_gpu_host(box.root, **GPU_HOST)
+    model = box.root / MODEL_PATH.lstrip("/")
+    model.mkdir(parents=True, exist_ok=True)
+    shutil.copy(KIMI_CONFIG, model / "config.json")
+    return write_inventory(box, directory, **{**standin.provision_vars(repo_base_url), **host_vars})
