@@ -9,6 +9,7 @@ the server's own, as in SGLang.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import time
 import uuid
@@ -30,6 +31,9 @@ class Server:
         self.ready = False
         self.running = 0
         self.generated_total = 0
+        # Ground truth for benchmark tests: when each token left the server (CLOCK_MONOTONIC, which
+        # the client on the same kernel shares). Bounded so a long run cannot grow it without limit.
+        self.emitted: collections.deque[float] = collections.deque(maxlen=2_000_000)
         self.recent: list[float] = []  # completion times of tokens in the last second, for gen_throughput
         self.model_name = args.served_model_name or args.model_path
         sizes = [int(getattr(args, f"{k}_size") or 1) for k in ("tp", "ep", "pp", "dp")]
@@ -47,6 +51,7 @@ class Server:
         get("/get_server_info", self.server_info)
         get("/v1/models", self.models)
         get("/metrics", self.metrics)
+        get("/standin/emitted", self.emitted_route)
         post("/generate", self.generate)
         post("/v1/chat/completions", self.chat)
         post("/v1/completions", self.completions)
@@ -76,6 +81,7 @@ class Server:
                     await asyncio.sleep(delay)
                 self.generated_total += 1
                 self.recent.append(time.monotonic())
+                self.emitted.append(self.recent[-1])
                 yield index
                 deadline += self.itl()
         finally:
@@ -121,6 +127,10 @@ class Server:
             f"sglang:generation_tokens_total{label} {float(self.generated_total)}\n"
         )
         return web.Response(text=body, content_type="text/plain")
+
+    async def emitted_route(self, request: web.Request) -> web.Response:
+        """STAND-IN only: the emission time of every token, for tests to count the true output rate."""
+        return web.json_response({"clock": "monotonic", "times": list(self.emitted)})
 
     async def _body(self, request: web.Request) -> dict:
         if not self.ready:

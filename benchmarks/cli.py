@@ -1,0 +1,109 @@
+"""`python -m benchmarks run | compare`: measure an endpoint's layouts, store the runs, put them side by side."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks import compare, report, results
+from benchmarks.sweep import REPO, EndpointError, Workload, check_url, probe, run_sweep
+
+DEFAULT_LEVELS = "1,2,4,8,16,32,64,128,256"
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--levels {text!r}: give whole numbers separated by commas, e.g. 1,16,64") from exc
+    if not levels or any(level < 1 for level in levels):
+        raise argparse.ArgumentTypeError(f"--levels {text!r}: every concurrency must be 1 or more")
+    return levels
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="one concurrency sweep against one endpoint")
+    where = run.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="the server's base URL, e.g. http://10.0.0.5:30001")
+    where.add_argument("--server-host", help="an inventory host: benchmark its active layout")
+    run.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
+    run.add_argument("--loadgen", default="localhost", help="the inventory host that runs Locust (default: here)")
+    run.add_argument("--levels", type=_levels, default=_levels(DEFAULT_LEVELS), help=f"concurrencies (default {DEFAULT_LEVELS})")
+    run.add_argument("--endpoint", choices=["chat", "generate"], default="chat")
+    run.add_argument("--model", default="default", help="model name sent to the OpenAI endpoint")
+    run.add_argument("--input-tokens", type=int, default=128)
+    run.add_argument("--output-tokens", type=int, default=256)
+    run.add_argument("--rounds", type=int, default=4, help="measured requests per level = max(--min-requests, rounds x C)")
+    run.add_argument("--min-requests", type=int, default=16)
+    run.add_argument("--warmup", type=int, default=-1, help="requests excluded first (default: one per user)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--level-timeout", type=int, default=600, help="seconds a level may run at most")
+    run.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY", ""), help="default: $SGLANG_API_KEY")
+    run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
+    run.add_argument("--results-dir", type=Path, default=REPO / "results")
+    cmp = sub.add_parser("compare", help="layouts side by side from stored runs")
+    cmp.add_argument("paths", nargs="*", type=Path, default=[REPO / "results"])
+    cmp.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
+    cmp.add_argument("--plot", type=Path, help="also draw the PNG plot here")
+    return parser
+
+
+def project_commit() -> str:
+    git = ["git", "-C", str(REPO), "describe", "--always", "--dirty"]
+    done = subprocess.run(git, capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
+def command_run(args: argparse.Namespace) -> int:
+    workload = Workload(levels=args.levels, endpoint=args.endpoint, model=args.model, input_tokens=args.input_tokens,
+                        output_tokens=args.output_tokens, seed=args.seed, warmup=args.warmup, rounds=args.rounds,
+                        min_requests=args.min_requests, level_timeout=args.level_timeout)  # fmt: skip
+    record: dict[str, Any] = {"kind": "sglang-benchmark-run", "started": results.utc_stamp(), "commit": project_commit(),
+                              "workload": {k: v for k, v in vars(workload).items()}, "endpoint": args.url or "",
+                              "server_host": args.server_host or ""}  # fmt: skip
+    host, layout = args.server_host or "", args.layout
+    try:
+        if args.url:
+            url = check_url(args.url)
+            host = host or (url.split("//", 1)[1].replace(":", "_"))
+            info = probe(url, args.api_key)
+            record["server"] = {"url": url, "sglang_version": info.get("version"), "server_args": info}
+            layout = layout or _layout_from_info(info)
+            print(f"benchmarking {url} ({layout}), levels {','.join(map(str, args.levels))}", flush=True)
+            sweep = run_sweep(workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=args.api_key)
+        else:
+            print(f"benchmarking the active layout of {args.server_host}, levels {','.join(map(str, args.levels))}", flush=True)
+            sweep = run_sweep(workload, server_host=args.server_host, inventory=args.inventory, loadgen=args.loadgen,
+                              api_key=args.api_key)  # fmt: skip
+            record["server"] = sweep.server
+            layout = layout or sweep.server.get("layout", "")
+    except EndpointError as exc:
+        record.update(status="failed", error=str(exc), levels=[])
+        path = results.save_record(record, args.results_dir, host or "unknown", layout or "unknown")
+        print(f"error: {exc}\nrecorded as failed: {path}", file=sys.stderr)
+        return 2
+    record.update(status=sweep.status, error=sweep.error, levels=sweep.levels, finished=results.utc_stamp())
+    path = results.save_record(record, args.results_dir, host or sweep.server.get("host", "unknown"), layout or "unknown")
+    print(report.level_table(sweep.levels) if sweep.levels else "no level ran")
+    print(f"{sweep.status}{': ' + sweep.error if sweep.error else ''}\nsaved {path}")
+    return 0 if sweep.status == "complete" else 1
+
+
+def _layout_from_info(info: dict[str, Any]) -> str:
+    if not info:
+        return "unknown"
+    sizes = {key: info.get(f"{key}_size") or 1 for key in ("tp", "ep", "pp", "dp")}
+    return "-".join(f"{key}{value}" for key, value in sizes.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return command_run(args)
+    return compare.command_compare(args.paths, markdown_path=args.markdown, plot_path=args.plot)

@@ -1,0 +1,111 @@
+"""Stored runs side by side: one row per layout (its latest run), as a terminal table, Markdown and a PNG."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks import results
+
+COLUMNS = ("host", "layout", "run", "tok/s at C=1", "peak agg tok/s", "at C", "TTFT p50 at peak ms", "ITL p50 at peak ms",
+           "status")  # fmt: skip
+
+
+def summarize_run(path: Path, run: dict[str, Any]) -> dict[str, Any]:
+    """The figures that decide between layouts, from one stored run."""
+    good = [level for level in run.get("levels", []) if level.get("status") in ("ok", "partial") and level.get("completed")]
+    one = next((level for level in good if level["concurrency"] == 1), None)
+    peak = max(good, key=lambda level: level["aggregate_tok_s"], default=None)
+    server = run.get("server") or {}
+    return {
+        "host": server.get("host") or path.parent.parent.name,
+        "layout": server.get("layout") or path.parent.name,
+        "run": path.stem,
+        "c1_tok_s": one["decode_tok_s"]["p50"] if one else None,
+        "peak_tok_s": peak["aggregate_tok_s"] if peak else None,
+        "peak_c": peak["concurrency"] if peak else None,
+        "peak_ttft_ms": peak["ttft_ms"]["p50"] if peak else None,
+        "peak_itl_ms": peak["itl_ms"]["p50"] if peak else None,
+        "status": run.get("status", "?"),
+        "curve": [(level["concurrency"], level["aggregate_tok_s"], level["decode_tok_s"]["p50"]) for level in good],
+    }
+
+
+def latest_per_layout(runs: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any]]:
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for path, run in runs:  # oldest first, so later runs replace earlier ones
+        row = summarize_run(path, run)
+        latest[(row["host"], row["layout"])] = row
+    return sorted(latest.values(), key=lambda row: -(row["peak_tok_s"] or 0))
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    def num(value: float | None, digits: int = 1) -> str:
+        return "-" if value is None else f"{value:,.{digits}f}"
+
+    return [row["host"], row["layout"], row["run"], num(row["c1_tok_s"]), num(row["peak_tok_s"]),
+            str(row["peak_c"] or "-"), num(row["peak_ttft_ms"]), num(row["peak_itl_ms"], 2), row["status"]]  # fmt: skip
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    cells = [list(COLUMNS)] + [_cells(row) for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Aggregate tok/s vs concurrency (log-2 x axis), and per-request tok/s vs aggregate tok/s; a line per layout."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for row in rows:
+        if not row["curve"]:
+            continue
+        concurrency, aggregate, per_request = zip(*row["curve"], strict=True)
+        label = f"{row['layout']} ({row['host']})"
+        left.plot(concurrency, aggregate, marker="o", label=label)
+        right.plot(aggregate, per_request, marker="o", label=label)
+    left.set_xscale("log", base=2)
+    left.set(xlabel="concurrency (requests in flight)", ylabel="aggregate output tok/s", title="Throughput by concurrency")
+    right.set(xlabel="aggregate output tok/s", ylabel="per-request decode tok/s (p50)", title="Speed per user vs throughput")
+    for axis in (left, right):
+        axis.set_ylim(bottom=0)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    partial = path.with_name(f".partial-{path.name}")
+    figure.savefig(partial, dpi=120, format="png")
+    plt.close(figure)
+    partial.replace(path)
+
+
+def command_compare(paths: list[Path], *, markdown_path: Path | None = None, plot_path: Path | None = None) -> int:
+    try:
+        runs = results.load_records(paths)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not runs:
+        print(f"no benchmark runs under {', '.join(map(str, paths))}: run `python -m benchmarks run` first", file=sys.stderr)
+        return 2
+    rows = latest_per_layout(runs)
+    print(table(rows))
+    if markdown_path:
+        markdown_path.write_text(markdown(rows))
+        print(f"markdown: {markdown_path}")
+    if plot_path:
+        plot(rows, plot_path)
+        print(f"plot: {plot_path}")
+    return 0

@@ -1,0 +1,139 @@
+"""From per-request records to a level's figures. Pure functions; definitions in the README.
+
+Times are seconds in; reported latencies are milliseconds, rates tokens per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from benchmarks.records import RequestRecord
+
+PERCENTILES = (50, 90, 99)
+
+
+def stats(values: Sequence[float]) -> dict[str, float | None]:
+    """mean, p50, p90, p99 (numpy's linear interpolation); None for an empty list."""
+    if not values:
+        return {"mean": None, **{f"p{q}": None for q in PERCENTILES}}
+    array = np.asarray(values, dtype=float)
+    return {"mean": float(array.mean()), **{f"p{q}": float(np.percentile(array, q)) for q in PERCENTILES}}
+
+
+def output_tokens(record: RequestRecord) -> int:
+    """The server's count when it gave one, else what the client streamed."""
+    return record.output_tokens if record.output_tokens is not None else record.streamed_tokens
+
+
+def token_arrivals(record: RequestRecord) -> list[tuple[float, float]]:
+    """(time, tokens) per chunk, scaled so that a request's chunks add up to the server's own count."""
+    streamed = record.streamed_tokens
+    scale = output_tokens(record) / streamed if streamed and record.output_tokens is not None else 1.0
+    return [(t, k * scale) for t, k in zip(record.chunk_times, record.chunk_tokens, strict=True)]
+
+
+def decode_rate(record: RequestRecord) -> float | None:
+    """(tokens - 1) / (last token time - first token time): one request's decode speed."""
+    tokens = output_tokens(record)
+    if tokens < 2 or len(record.chunk_times) < 2:
+        return None
+    span = record.chunk_times[-1] - record.chunk_times[0]
+    return (tokens - 1) / span if span > 0 else None
+
+
+def inter_token_gaps(record: RequestRecord) -> list[float]:
+    """Per token: a chunk of k tokens after a gap g counts as k gaps of g / k (the first chunk opens no gap)."""
+    gaps: list[float] = []
+    for i in range(1, len(record.chunk_times)):
+        k = max(record.chunk_tokens[i], 1)
+        gaps.extend([(record.chunk_times[i] - record.chunk_times[i - 1]) / k] * k)
+    return gaps
+
+
+def window(records: Iterable[RequestRecord]) -> tuple[float, float] | None:
+    """The measured window: the first measured request's send to the last measured request's end."""
+    measured = [r for r in records if r.phase == "measured"]
+    if not measured:
+        return None
+    return min(r.sent for r in measured), max(r.end for r in measured)
+
+
+def _overlap(start: float, end: float, lo: float, hi: float) -> float:
+    return max(0.0, min(end, hi) - max(start, lo))
+
+
+def level_metrics(records: Sequence[RequestRecord], concurrency: int) -> dict[str, Any]:
+    """Every figure of one concurrency level, plus the same under SGLang bench_serving's key names."""
+    measured = [r for r in records if r.phase == "measured"]
+    completed = [r for r in measured if r.ok]
+    span = window(records)
+    result: dict[str, Any] = {
+        "concurrency": concurrency,
+        "requests": len(measured),
+        "completed": len(completed),
+        "failed": len(measured) - len(completed),
+        "errors": sorted({r.error for r in measured if r.error})[:5],
+    }
+    if span is None or span[1] <= span[0] or not completed:
+        return {**result, "duration_s": 0.0, "aggregate_tok_s": 0.0}
+    lo, hi = span
+    duration = hi - lo
+    # Every token that arrived inside the window counts, whichever request carried it: at steady
+    # concurrency that is the server's output rate, free of the ramp-up and drain at either end.
+    in_window = sum(k for r in records for t, k in token_arrivals(r) if lo <= t <= hi)
+    tokens_completed = sum(output_tokens(r) for r in completed)
+    ttft = [(r.first_token - r.sent) * 1000 for r in completed if r.first_token is not None]
+    e2e = [(r.end - r.sent) * 1000 for r in completed]
+    itl = [gap * 1000 for r in completed for gap in inter_token_gaps(r)]
+    tpot = [
+        (r.end - r.first_token) * 1000 / (output_tokens(r) - 1)
+        for r in completed
+        if r.first_token is not None and output_tokens(r) > 1
+    ]
+    rates = [rate for r in completed if (rate := decode_rate(r)) is not None]
+    achieved = sum(_overlap(r.sent, r.end or hi, lo, hi) for r in records) / duration
+    result.update(
+        duration_s=duration,
+        aggregate_tok_s=in_window / duration,
+        output_tok_s_completed=tokens_completed / duration,
+        request_rate=len(completed) / duration,
+        achieved_concurrency=achieved,
+        decode_tok_s=stats(rates),
+        ttft_ms=stats(ttft),
+        itl_ms=stats(itl),
+        tpot_ms=stats(tpot),
+        e2e_ms=stats(e2e),
+        output_tokens=tokens_completed,
+        input_tokens=sum(r.input_tokens or 0 for r in completed),
+        length_mismatches=sum(1 for r in completed if output_tokens(r) != r.requested_tokens),
+        stream_count_mismatches=sum(1 for r in completed if r.output_tokens not in (None, r.streamed_tokens)),
+    )
+    result["bench_serving"] = bench_serving_keys(result)
+    return result
+
+
+def bench_serving_keys(level: dict[str, Any]) -> dict[str, Any]:
+    """The level under the names SGLang's bench_serving prints, for side-by-side comparison."""
+    return {
+        "completed": level["completed"],
+        "duration": level["duration_s"],
+        "total_input_tokens": level["input_tokens"],
+        "total_output_tokens": level["output_tokens"],
+        "request_throughput": level["request_rate"],
+        "output_throughput": level["output_tok_s_completed"],
+        "concurrency": level["achieved_concurrency"],
+        "mean_ttft_ms": level["ttft_ms"]["mean"],
+        "median_ttft_ms": level["ttft_ms"]["p50"],
+        "p99_ttft_ms": level["ttft_ms"]["p99"],
+        "mean_tpot_ms": level["tpot_ms"]["mean"],
+        "median_tpot_ms": level["tpot_ms"]["p50"],
+        "p99_tpot_ms": level["tpot_ms"]["p99"],
+        "mean_itl_ms": level["itl_ms"]["mean"],
+        "median_itl_ms": level["itl_ms"]["p50"],
+        "p99_itl_ms": level["itl_ms"]["p99"],
+        "mean_e2e_latency_ms": level["e2e_ms"]["mean"],
+        "median_e2e_latency_ms": level["e2e_ms"]["p50"],
+    }

@@ -1,0 +1,97 @@
+"""The benchmark's arithmetic on synthetic requests whose true figures are known by construction."""
+
+import pytest
+
+from benchmarks.metrics import decode_rate, inter_token_gaps, level_metrics, stats
+from benchmarks.records import RequestRecord
+
+
+def steady(level: int, sent: float, tokens: int = 101, ttft: float = 0.2, itl: float = 0.01, phase: str = "measured",
+           chunk: int = 1) -> RequestRecord:  # fmt: skip
+    """A request that streams `tokens` tokens, `chunk` per chunk, one token every `itl` seconds after its first."""
+    first = sent + ttft
+    times, counts = [first], [1]
+    produced = 1
+    while produced < tokens:
+        k = min(chunk, tokens - produced)
+        produced += k
+        times.append(first + (produced - 1) * itl)
+        counts.append(k)
+    return RequestRecord(level=level, phase=phase, sent=sent, end=times[-1] + 0.001, ok=True, requested_tokens=tokens,
+                         output_tokens=tokens, input_tokens=64, chunk_times=times, chunk_tokens=counts)  # fmt: skip
+
+
+def closed_loop(concurrency: int, rounds: int, warmup_rounds: int = 1, cooldown_rounds: int = 1) -> list[RequestRecord]:
+    """C users back to back: each request 0.2 s to first token + 100 x 10 ms = 1.2 s; phases by round."""
+    records = []
+    for user in range(concurrency):
+        t = user * 1.201 / concurrency  # at steady state the users' cycles are spread evenly
+        for round_ in range(warmup_rounds + rounds + cooldown_rounds):
+            phase = "warmup" if round_ < warmup_rounds else "measured" if round_ < warmup_rounds + rounds else "cooldown"
+            record = steady(concurrency, t, phase=phase)
+            records.append(record)
+            t = record.end
+    return records
+
+
+def test_one_request_decodes_at_its_true_rate():
+    record = steady(1, 0.0, tokens=101, itl=0.01)
+    assert decode_rate(record) == pytest.approx(100.0)
+    assert inter_token_gaps(record) == pytest.approx([0.01] * 100)
+
+
+def test_a_chunk_of_k_tokens_counts_as_k_equal_gaps():
+    record = steady(1, 0.0, tokens=101, itl=0.01, chunk=4)
+    gaps = inter_token_gaps(record)
+    assert len(gaps) == 100 and sum(gaps) == pytest.approx(1.0)
+    assert stats(gaps)["p50"] == pytest.approx(0.01)  # per chunk it would read 40 ms
+    assert decode_rate(record) == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("concurrency", [1, 16, 64])
+def test_closed_loop_aggregate_is_concurrency_times_the_per_request_rate(concurrency):
+    records = closed_loop(concurrency, rounds=5)
+    level = level_metrics(records, concurrency)
+    assert level["completed"] == 5 * concurrency and level["failed"] == 0
+    # Each user emits 101 tokens per 1.201 s cycle.
+    assert level["aggregate_tok_s"] == pytest.approx(concurrency * 101 / 1.201, rel=0.01)
+    assert level["decode_tok_s"]["p50"] == pytest.approx(100.0)
+    assert level["ttft_ms"]["p50"] == pytest.approx(200.0)
+    assert level["itl_ms"]["p99"] == pytest.approx(10.0)
+    assert level["tpot_ms"]["mean"] == pytest.approx(10.0 + 1 / 100, rel=1e-3)
+    assert level["achieved_concurrency"] == pytest.approx(concurrency, rel=0.01)
+    assert level["bench_serving"]["median_itl_ms"] == pytest.approx(10.0)
+
+
+def test_warmup_and_cooldown_requests_are_not_measured_but_their_tokens_in_the_window_count():
+    records = closed_loop(4, rounds=3)
+    level = level_metrics(records, 4)
+    assert level["requests"] == 12 and level["output_tokens"] == 12 * 101
+
+
+def test_failures_are_counted_and_named():
+    records = closed_loop(2, rounds=2)
+    broken = next(r for r in records if r.phase == "measured")
+    broken.ok, broken.error = False, "HTTP 500"
+    level = level_metrics(records, 2)
+    assert (level["completed"], level["failed"], level["errors"]) == (3, 1, ["HTTP 500"])
+
+
+def test_a_server_that_sends_fewer_tokens_than_asked_is_reported():
+    record = steady(1, 0.0, tokens=50)
+    record.requested_tokens = 100
+    assert level_metrics([record], 1)["length_mismatches"] == 1
+
+
+def test_the_servers_count_wins_over_the_streamed_count():
+    record = steady(1, 0.0, tokens=101)
+    record.output_tokens = 202  # e.g. two tokens per chat delta
+    level = level_metrics([record], 1)
+    assert level["stream_count_mismatches"] == 1 and level["output_tokens"] == 202
+    assert level["aggregate_tok_s"] == pytest.approx(202 / (record.end - record.sent), rel=1e-3)
+
+
+def test_a_level_where_everything_failed_reports_zero_not_an_error():
+    record = RequestRecord(level=1, phase="measured", sent=0.0, end=1.0, ok=False, error="connection refused")
+    level = level_metrics([record], 1)
+    assert level["completed"] == 0 and level["aggregate_tok_s"] == 0.0 and level["errors"] == ["connection refused"]
