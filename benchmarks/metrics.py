@@ -96,6 +96,7 @@ def level_metrics(records: Sequence[RequestRecord], concurrency: int) -> dict[st
     rates = [rate for r in completed if (rate := decode_rate(r)) is not None]
     achieved = sum(_overlap(r.sent, r.end or hi, lo, hi) for r in records) / duration
     result.update(
+        window=[lo, hi],
         duration_s=duration,
         aggregate_tok_s=in_window / duration,
         output_tok_s_completed=tokens_completed / duration,

@@ -135,6 +135,9 @@ class Server:
     async def _body(self, request: web.Request) -> dict:
         if not self.ready:
             raise web.HTTPServiceUnavailable(text="the server is still loading")
+        if self.sim.fail_requests:  # a server whose generation fails (e.g. a broken model), for error-path tests
+            body = json.dumps({"object": "error", "message": "simulated failure"})
+            raise web.HTTPInternalServerError(text=body, content_type="application/json")
         try:
             return await request.json()
         except json.JSONDecodeError as exc:

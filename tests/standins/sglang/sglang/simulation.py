@@ -26,6 +26,8 @@ class Simulation:
     itl_ms: dict[str, float] = field(default_factory=lambda: {"default": 10.0})
     itl_slope_ms: float = 0.0
     eos_after: int = 32
+    # True: every generation request fails with HTTP 500 (the health check still passes).
+    fail_requests: bool = False
 
     def base_itl_ms(self, tp: int, ep: int, pp: int, dp: int) -> float:
         return float(self.itl_ms.get(f"tp{tp}-ep{ep}-pp{pp}-dp{dp}", self.itl_ms.get("default", 10.0)))

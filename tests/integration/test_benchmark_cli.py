@@ -1,0 +1,95 @@
+"""`python -m benchmarks run` against a local stand-in server: stored runs, failures recorded, interruptions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.rehearsal.playbook import REPO
+from tests.rehearsal.standin import local_server, wait_http
+
+FAST = ["--output-tokens", "16", "--input-tokens", "8", "--min-requests", "4", "--rounds", "2", "--level-timeout", "60"]
+
+
+def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO, capture_output=True, text=True,
+                          env=env, timeout=timeout, check=False)  # fmt: skip
+
+
+def stored(results_dir: Path) -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(results_dir.rglob("*.json"))]
+
+
+def test_a_run_is_stored_and_never_overwritten_and_compare_reads_it(tmp_path):
+    with local_server(tmp_path, "--enable-metrics", load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        for _ in range(2):
+            done = bench("run", "--url", url, "--levels", "1,4", *FAST, "--layout", "tiny", "--metrics-interval", "0.1",
+                         "--results-dir", str(tmp_path / "r"))  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+    assert "C=1: locust finished" in done.stdout and "complete" in done.stdout
+    runs = stored(tmp_path / "r")
+    assert len(runs) == 2 and len(list((tmp_path / "r").rglob("*.json"))) == 2
+    run = runs[-1]
+    assert run["status"] == "complete" and run["server"]["sglang_version"] == "0.5.23+standin"
+    assert [level["concurrency"] for level in run["levels"]] == [1, 4]
+    level = run["levels"][1]
+    assert level["completed"] == 8 and level["length_mismatches"] == 0 and level["server_metrics"]["samples"] > 0
+    assert level["bench_serving"]["output_throughput"] > 0 and run["workload"]["output_tokens"] == 16
+    compared = bench("compare", str(tmp_path / "r"), "--markdown", str(tmp_path / "t.md"), "--plot", str(tmp_path / "p.png"))
+    assert compared.returncode == 0, compared.stderr
+    assert "tiny" in compared.stdout and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "t.md").read_text().startswith("| host | layout |")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("localhost:30001", "is malformed: give it as http://HOST:PORT"),
+        ("http://127.0.0.1:9", "is unreachable"),
+    ],
+)
+def test_a_bad_or_unreachable_endpoint_is_explained_and_recorded_as_failed(tmp_path, url, message):
+    done = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(tmp_path))
+    assert done.returncode == 2 and message in done.stderr
+    (run,) = stored(tmp_path)
+    assert run["status"] == "failed" and message in run["error"]
+
+
+def test_a_server_that_returns_errors_gives_failed_levels_with_the_error(tmp_path):
+    with local_server(tmp_path, load_seconds=0.1, fail_requests=True) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        done = bench("run", "--url", url, "--levels", "1,2", *FAST, "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 1
+    (run,) = stored(tmp_path / "r")
+    assert run["status"] == "failed" and "HTTP 500" in run["error"]
+    assert [level["status"] for level in run["levels"]] == ["failed", "failed"]
+    assert "HTTP 500" in done.stdout
+
+
+def test_an_interrupted_run_keeps_the_levels_already_measured(tmp_path):
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+        argv = [sys.executable, "-m", "benchmarks", "run", "--url", url, "--levels", "1,2", "--output-tokens", "16",
+                "--min-requests", "4", "--rounds", "1", "--results-dir", str(tmp_path / "r"), "--level-timeout", "20"]  # fmt: skip
+        runner = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        seen = ""
+        deadline = time.monotonic() + 120
+        while "C=1: locust finished" not in seen and time.monotonic() < deadline:
+            seen += runner.stdout.readline()
+        runner.send_signal(signal.SIGINT)
+        out, _ = runner.communicate(timeout=120)
+    seen += out
+    assert runner.returncode == 1, seen
+    (run,) = stored(tmp_path / "r")
+    assert run["status"] == "interrupted", seen
+    assert run["levels"][0]["concurrency"] == 1 and run["levels"][0]["status"] == "ok"

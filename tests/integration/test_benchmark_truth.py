@@ -1,0 +1,70 @@
+"""The benchmark against the rehearsal box's stand-in server, whose true rate is known: within 1%.
+
+Deployed by deploy.yml, benchmarked by `python -m benchmarks run --server-host BOX` (ansible-runner ->
+playbooks/benchmark.yml -> Locust). Ground truth: per request, the stand-in's token clock for ep8
+(15.4 ms a token, deadline-scheduled); aggregate, the tokens the server itself emitted inside each
+level's measured window (its /standin/emitted log, on the same monotonic clock as the client).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+import pytest
+
+from tests.rehearsal.gpu_host import GPU_HOST
+from tests.rehearsal.playbook import REPO
+
+LEVELS = (1, 16, 64)
+
+
+@pytest.fixture(scope="module")
+def benchmarked(provisioned, tmp_path_factory):
+    declared = __import__("yaml").safe_load((REPO / "group_vars" / "sglang_servers.yml").read_text())["sglang_common_args"]
+    deployed = provisioned.playbook("deploy.yml", "-e", "layout=ep8",
+                                    extra_vars={"sglang_common_args": {**declared, "enable-metrics": True}})  # fmt: skip
+    assert deployed.returncode == 0, deployed.output[-3000:]
+    results = tmp_path_factory.mktemp("results")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    argv = [sys.executable, "-m", "benchmarks", "run", "--server-host", provisioned.box.name, "--inventory",
+            str(provisioned.inventory), "--levels", ",".join(map(str, LEVELS)), "--output-tokens", "64",
+            "--rounds", "2", "--results-dir", str(results), "--metrics-interval", "0.5"]  # fmt: skip
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (path,) = results.rglob("*.json")
+    with urllib.request.urlopen(f"http://127.0.0.1:{provisioned.port}/standin/emitted", timeout=10) as answer:
+        emitted = sorted(json.loads(answer.read())["times"])
+    # Back to the declared arguments, as the other tests expect.
+    assert provisioned.playbook("deploy.yml", "-e", "layout=ep8").returncode == 0
+    return done.stdout, path, json.loads(path.read_text()), emitted
+
+
+def test_the_run_describes_the_server_it_measured(benchmarked, provisioned):
+    stdout, path, run, _ = benchmarked
+    assert path.parent.name == "ep8" and path.parent.parent.name == provisioned.box.name
+    assert run["status"] == "complete" and run["server"]["layout"] == "ep8"
+    assert "--ep-size 8" in run["server"]["command"] and run["server"]["sglang_version"] == "0.5.23+standin"
+    assert run["server"]["gpus"]["count"] == 8 and len(run["commit"]) >= 7
+    for level in LEVELS:
+        assert f"C={level}: locust finished" in stdout
+
+
+@pytest.mark.parametrize("concurrency", LEVELS)
+def test_per_request_and_aggregate_rates_match_the_server_within_1_percent(benchmarked, concurrency):
+    _, _, run, emitted = benchmarked
+    level = next(item for item in run["levels"] if item["concurrency"] == concurrency)
+    assert level["status"] == "ok" and level["failed"] == 0 and level["length_mismatches"] == 0
+    true_per_request = 1000 / GPU_HOST["itl_ms"]["tp8-ep8-pp1-dp1"]
+    assert level["decode_tok_s"]["p50"] == pytest.approx(true_per_request, rel=0.01)
+    lo, hi = level["window"]
+    true_aggregate = (bisect_right(emitted, hi) - bisect_left(emitted, lo)) / (hi - lo)
+    assert level["aggregate_tok_s"] == pytest.approx(true_aggregate, rel=0.01)
+    assert level["achieved_concurrency"] == pytest.approx(concurrency, rel=0.05)
+    server = level["server_metrics"]["gen_throughput"]
+    assert server is None or server == pytest.approx(true_aggregate, rel=0.15)  # a 1 s gauge, sampled: a rough check
