@@ -156,6 +156,7 @@ def run_sweep(
     if server_host:
         extravars["bench_server_host"] = server_host
     interrupted = {"flag": False}
+    pending = list(workload.levels)
     started: dict[str, float] = {}
 
     def on_event(event: dict[str, Any]) -> bool:
@@ -163,6 +164,10 @@ def run_sweep(
         task = data.get("task", "")
         if event.get("event") == "playbook_on_task_start" and task == "Level | Run Locust at the concurrency":
             started["t"] = time.monotonic()
+            if pending:
+                concurrency = pending.pop(0)
+                measured = max(workload.min_requests, workload.rounds * concurrency)
+                progress(f"  C={concurrency}: running ({measured} measured requests, at most {workload.level_timeout} s)")
         if event.get("event") in ("runner_on_ok", "runner_on_failed") and task == "Level | Run Locust at the concurrency":
             level = data.get("res", {}).get("invocation", {}).get("module_args", {}).get("argv", [])
             users = next((a.split("=", 1)[1] for a in level if a.startswith("--users=")), "?")

@@ -80,7 +80,8 @@ def test_an_interrupted_run_keeps_the_levels_already_measured(tmp_path):
         assert wait_http(url + "/health_generate", 20, process) == 200
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
         argv = [sys.executable, "-m", "benchmarks", "run", "--url", url, "--levels", "1,2", "--output-tokens", "16",
-                "--min-requests", "4", "--rounds", "1", "--results-dir", str(tmp_path / "r"), "--level-timeout", "20"]  # fmt: skip
+                "--min-requests", "4", "--rounds", "1", "--results-dir", str(tmp_path / "r"),
+                "--level-timeout", "20"]  # fmt: skip
         runner = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         seen = ""
         deadline = time.monotonic() + 120
