@@ -14,6 +14,7 @@ streamed responses, so the real TTFT and end-to-end times are reported here thro
 
 from __future__ import annotations
 
+import fcntl
 import json
 import random
 import re
@@ -24,6 +25,7 @@ from typing import Any
 import gevent
 from locust import FastHttpUser, constant, events, task
 from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
 
 # Words that tokenizers keep whole: one word ~ one token, so a prompt of N words is ~N tokens.
 # The server's own prompt_tokens count is recorded, so the real input length is known either way.
@@ -59,12 +61,27 @@ class Level:
         self.samples: list[dict[str, float]] = []
         self.stopping = False
         self.written = False
+        self.workers_done = 0  # on the master of --processes N: workers whose measured share is done
 
     def phase(self, index: int, warmup: int, measured: int) -> str:
         return "warmup" if index < warmup else "measured" if index < warmup + measured else "cooldown"
 
 
 LEVEL = Level()
+
+
+def share(total: int, parts: int, index: int) -> int:
+    """This process's part of a level-wide count, when Locust runs --processes N workers."""
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def process_slot(environment: Environment) -> tuple[int, int]:
+    """(processes, this worker's index): (1, 0) for a plain single-process run."""
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        processes = max(int(getattr(environment.parsed_options, "processes", 1) or 1), 1)
+        return processes, runner.worker_index % processes
+    return 1, 0
 
 
 def prompt_words(seed: int, index: int, count: int) -> str:
@@ -140,13 +157,15 @@ class StreamingUser(FastHttpUser):
         if LEVEL.stopping:
             gevent.sleep(0.05)
             return
-        users = self.environment.runner.target_user_count if self.environment.runner else 1
-        warmup = options.bench_warmup if options.bench_warmup >= 0 else users
+        users = options.num_users or 1  # the level's C, across all processes
+        processes, slot = process_slot(self.environment)
+        warmup = share(options.bench_warmup if options.bench_warmup >= 0 else users, processes, slot)
+        measured = share(options.bench_requests, processes, slot)
         index = LEVEL.sent
         LEVEL.sent += 1
         path, body = request_body(options, index)
         record: dict[str, Any] = {
-            "level": users, "phase": LEVEL.phase(index, warmup, options.bench_requests), "sent": time.monotonic(),
+            "level": users, "phase": LEVEL.phase(index, warmup, measured), "sent": time.monotonic(),
             "end": 0.0, "ok": False, "error": "", "requested_tokens": options.bench_output_tokens,
             "output_tokens": None, "input_tokens": None, "chunk_times": array("d"), "chunk_tokens": array("i"),
         }  # fmt: skip
@@ -180,9 +199,13 @@ class StreamingUser(FastHttpUser):
                                                  response_length=0, exception=None, context={})  # fmt: skip
         if record["phase"] == "measured":
             LEVEL.measured_done += 1
-            if LEVEL.measured_done >= options.bench_requests and not LEVEL.stopping:
-                LEVEL.stopping = True
-                gevent.spawn(self.environment.runner.quit)
+            if LEVEL.measured_done == measured:
+                runner = self.environment.runner
+                if isinstance(runner, WorkerRunner):
+                    runner.send_message("bench_done", slot)  # keep loading until the master says quit
+                elif not LEVEL.stopping:
+                    LEVEL.stopping = True
+                    gevent.spawn(runner.quit)
 
 
 def sample_metrics(environment: Environment) -> None:
@@ -203,9 +226,24 @@ def sample_metrics(environment: Environment) -> None:
         gevent.sleep(options.bench_metrics_interval)
 
 
+@events.init.add_listener
+def _init(environment: Environment, **_: Any) -> None:
+    if isinstance(environment.runner, MasterRunner):
+
+        def worker_done(msg: Any, **__: Any) -> None:  # Locust calls it with environment= and msg=
+            LEVEL.workers_done += 1
+            processes = max(int(getattr(environment.parsed_options, "processes", 1) or 1), 1)
+            if LEVEL.workers_done >= processes and not LEVEL.stopping:
+                LEVEL.stopping = True
+                gevent.spawn(environment.runner.quit)
+
+        environment.runner.register_message("bench_done", worker_done)
+
+
 @events.test_start.add_listener
 def _start(environment: Environment, **_: Any) -> None:
-    if environment.parsed_options.bench_metrics_interval > 0:
+    # Sampled once per level: by the master of --processes N, never by its workers.
+    if environment.parsed_options.bench_metrics_interval > 0 and not isinstance(environment.runner, WorkerRunner):
         gevent.spawn(sample_metrics, environment)
 
 
@@ -220,9 +258,13 @@ def _write(environment: Environment, **_: Any) -> None:
     for record in LEVEL.in_flight.values():
         record.update(end=now, ok=False, error=record["error"] or "cut off when the level stopped")
         LEVEL.records.append(record)
-    with open(environment.parsed_options.bench_records, "w") as out:
-        for record in LEVEL.records:
-            out.write(json.dumps({"type": "request", **record, "chunk_times": list(record["chunk_times"]),
-                                  "chunk_tokens": list(record["chunk_tokens"])}) + "\n")  # fmt: skip
-        for sample in LEVEL.samples:
-            out.write(json.dumps({"type": "metrics", **sample}) + "\n")
+    lines = [json.dumps({"type": "request", **record, "chunk_times": list(record["chunk_times"]),
+                         "chunk_tokens": list(record["chunk_tokens"])}) for record in LEVEL.records]  # fmt: skip
+    lines += [json.dumps({"type": "metrics", **sample}) for sample in LEVEL.samples]
+    if not lines:
+        return
+    # With --processes N every worker appends its own records: one locked write each.
+    with open(environment.parsed_options.bench_records, "a") as out:
+        fcntl.flock(out, fcntl.LOCK_EX)
+        out.write("\n".join(lines) + "\n")
+        out.flush()

@@ -41,6 +41,7 @@ class Workload:
     min_requests: int = 16
     level_timeout: int = 600
     metrics_interval: float = 1.0
+    processes: int = 1  # Locust --processes: load-generator cores (more than ~128 fast streams per core)
 
     def extravars(self) -> dict[str, Any]:
         return {
@@ -48,6 +49,7 @@ class Workload:
             "bench_input_tokens": self.input_tokens, "bench_output_tokens": self.output_tokens, "bench_seed": self.seed,
             "bench_warmup": self.warmup, "bench_rounds": self.rounds, "bench_min_requests": self.min_requests,
             "bench_level_timeout": self.level_timeout, "bench_metrics_interval": self.metrics_interval,
+            "bench_processes": self.processes,
         }  # fmt: skip
 
 

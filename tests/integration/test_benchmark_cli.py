@@ -94,3 +94,15 @@ def test_an_interrupted_run_keeps_the_levels_already_measured(tmp_path):
     (run,) = stored(tmp_path / "r")
     assert run["status"] == "interrupted", seen
     assert run["levels"][0]["concurrency"] == 1 and run["levels"][0]["status"] == "ok"
+
+
+def test_two_load_generator_processes_measure_the_same_counts_and_rates(tmp_path):
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        done = bench("run", "--url", url, "--levels", "8", *FAST, "--processes", "2", "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = stored(tmp_path / "r")
+    (level,) = run["levels"]
+    assert (level["requests"], level["completed"], level["failed"]) == (16, 16, 0)
+    assert level["decode_tok_s"]["p50"] == pytest.approx(100.0, rel=0.02)
+    assert level["achieved_concurrency"] == pytest.approx(8, rel=0.05)
