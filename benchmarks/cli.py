@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY", ""), help="default: $SGLANG_API_KEY")
     run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
     run.add_argument("--results-dir", type=Path, default=REPO / "results")
+    sub.add_parser("harness", help="benchmark the load generator itself (tokens per CPU-second, fidelity)", add_help=False)
     cmp = sub.add_parser("compare", help="layouts side by side from stored runs")
     cmp.add_argument("paths", nargs="*", type=Path, default=[REPO / "results"])
     cmp.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
@@ -106,6 +107,11 @@ def _layout_from_info(info: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["harness"]:
+        from benchmarks import harness
+
+        return harness.main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return command_run(args)

@@ -1,0 +1,211 @@
+"""A benchmark of the load generator itself (`python -m benchmarks harness`), not a test.
+
+A minimal token server (aiohttp, pinned to CPU 0, one token per SSE event on absolute deadlines, so the
+true inter-token time is known) is read by two clients pinned to CPU 1: the project's Locust workload
+and a minimal asyncio/aiohttp client. For each scenario it reports the client's CPU use, the tokens
+it consumed per CPU-second (the most streamed tokens/s one core can take), and how far the measured
+inter-token latency and per-request rate drift from the server's clock. Ratios, from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import results
+from benchmarks.metrics import level_metrics
+from benchmarks.records import RequestRecord
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    concurrency: int
+    itl_ms: float
+    output_tokens: int
+    rounds: int = 2
+
+
+SCENARIOS = (
+    Scenario("capacity: 64 streams, 1 ms tokens", 64, 1.0, 256),
+    Scenario("field peak: 256 streams, ~1,500 tok/s", 256, 170.0, 24),
+    Scenario("heavy: 256 streams, 10 ms tokens", 256, 10.0, 128),
+)
+
+
+# --- the token server ------------------------------------------------------------------------------------
+def serve(port: int, itl_ms: float) -> None:
+    from aiohttp import web
+
+    itl = itl_ms / 1000.0
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        count = int(body.get("max_tokens", 16))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        deadline = time.monotonic()
+        chunk = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "tok "}}]}).encode() + b"\n\n"
+        usage = {"prompt_tokens": 8, "completion_tokens": count, "total_tokens": count + 8}
+        try:
+            for _ in range(count):
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await response.write(chunk)
+                deadline += itl
+            await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+        except (ConnectionError, OSError):
+            pass  # the client stopped reading (its level ended): nothing to report
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _pin(cpu: int) -> list[int]:
+    """Pin to one CPU when the machine has more than one (the server and the client must not share)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return [cpus[cpu % len(cpus)]]
+
+
+def _run_measured(argv: list[str], cpu: list[int], timeout: float) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds, exit status) of a child pinned to `cpu`."""
+    started = time.monotonic()
+    child = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             preexec_fn=lambda: os.sched_setaffinity(0, cpu))  # fmt: skip
+    deadline = started + timeout
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            child.kill()
+            pid, status, usage = os.wait4(child.pid, 0)
+            break
+        time.sleep(0.05)
+    return time.monotonic() - started, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status)
+
+
+def _read(path: Path) -> list[RequestRecord]:
+    out = []
+    for line in path.read_text().splitlines():
+        item = json.loads(line)
+        if item.pop("type", "request") == "request":
+            out.append(RequestRecord.from_dict(item))
+    return out
+
+
+def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict[str, Any]:
+    port, server_cpu = _free_port(), _pin(0)
+    serve_argv = [sys.executable, "-m", "benchmarks.harness", "serve", "--port", str(port), "--itl-ms", str(scenario.itl_ms)]
+    server = subprocess.Popen(serve_argv, cwd=REPO, preexec_fn=lambda: os.sched_setaffinity(0, server_cpu))
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        records = work / f"{client}-{scenario.concurrency}-{int(scenario.itl_ms)}.jsonl"
+        requests = scenario.rounds * scenario.concurrency
+        url = f"http://127.0.0.1:{port}"
+        if client == "locust":
+            argv = [sys.executable, "-m", "locust", "-f", str(REPO / "benchmarks" / "locustfile.py"), "--headless",
+                    "--only-summary", "--loglevel=ERROR", f"--users={scenario.concurrency}",
+                    f"--spawn-rate={scenario.concurrency}", f"--run-time={int(timeout)}s", f"--host={url}",
+                    f"--bench-output-tokens={scenario.output_tokens}", f"--bench-requests={requests}",
+                    "--bench-input-tokens=8", "--bench-metrics-interval=0", f"--bench-records={records}"]  # fmt: skip
+        else:
+            argv = [sys.executable, "-m", "benchmarks.asyncio_client", "--url", url, "--concurrency",
+                    str(scenario.concurrency), "--requests", str(requests), "--output-tokens",
+                    str(scenario.output_tokens), "--records", str(records)]  # fmt: skip
+        wall, cpu, status = _run_measured(argv, _pin(1), timeout)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    level = level_metrics(_read(records), scenario.concurrency) if records.exists() else {}
+    tokens_consumed = sum(r.streamed_tokens for r in _read(records)) if records.exists() else 0
+    return {
+        "scenario": scenario.name, "client": client, "status": status, "wall_s": wall, "cpu_s": cpu,
+        "client_cpu_pct": 100 * cpu / wall if wall else None, "tokens": tokens_consumed,
+        "tok_per_cpu_s": tokens_consumed / cpu if cpu else None,
+        "aggregate_tok_s": level.get("aggregate_tok_s"), "true_itl_ms": scenario.itl_ms,
+        "itl_p50_ms": (level.get("itl_ms") or {}).get("p50"), "itl_p99_ms": (level.get("itl_ms") or {}).get("p99"),
+        "decode_p50": (level.get("decode_tok_s") or {}).get("p50"), "true_decode": 1000 / scenario.itl_ms,
+    }  # fmt: skip
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def num(value: float | None, digits: int = 1) -> str:
+        return "-" if value is None else f"{value:,.{digits}f}"
+
+    header = ("scenario", "client", "client CPU %", "tok / CPU-s", "agg tok/s", "ITL p50 / p99 ms (true)", "req tok/s p50 (true)")
+    lines = [header]
+    for row in rows:
+        itl = f"{num(row['itl_p50_ms'], 2)} / {num(row['itl_p99_ms'], 2)} ({num(row['true_itl_ms'], 0)})"
+        rate = f"{num(row['decode_p50'], 2)} ({num(row['true_decode'], 2)})"
+        lines.append((row["scenario"], row["client"], num(row["client_cpu_pct"], 0), num(row["tok_per_cpu_s"], 0),
+                      num(row["aggregate_tok_s"], 0), itl, rate))  # fmt: skip
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    text = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in lines]
+    text.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks harness", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    server = sub.add_parser("serve", help="(internal) run the token server")
+    server.add_argument("--port", type=int, required=True)
+    server.add_argument("--itl-ms", type=float, required=True)
+    parser.add_argument("--timeout", type=float, default=180, help="seconds a client may take per scenario")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "results")
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        serve(args.port, args.itl_ms)
+        return 0
+    print(f"CPUs: {sorted(os.sched_getaffinity(0))} (server pinned to the first, clients to the second)", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for scenario in SCENARIOS:
+            for client in ("locust", "asyncio"):
+                print(f"  {scenario.name}: {client} ...", flush=True)
+                rows.append(measure(scenario, client, Path(tmp), args.timeout))
+    print(table(rows))
+    capacity = {row["client"]: row["tok_per_cpu_s"] for row in rows if row["scenario"] == SCENARIOS[0].name}
+    if capacity.get("locust") and capacity.get("asyncio"):
+        print(f"Locust / asyncio tokens per CPU-second: {capacity['locust'] / capacity['asyncio']:.2f}")
+    record = {"kind": "sglang-harness-benchmark", "cpus": sorted(os.sched_getaffinity(0)), "rows": rows}
+    path = results.save_record(record, args.results_dir, "harness", "loadgen")
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
