@@ -1,0 +1,64 @@
+"""Our flag-table parser and flag checks against the REAL sglang 0.5.23: its own --help, its own argparse."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from sglang_layout import command, flags
+from tests.unit.test_flags import COMMAND_LINES
+
+# Parses each command line with SGLang's own parser (ServerArgs.add_cli_args), in one process (one import).
+REAL_ARGPARSE = """
+import argparse, contextlib, io, json, sys
+from sglang.srt.server_args import ServerArgs
+verdicts = []
+for argv in json.loads(sys.stdin.read()):
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    error = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(error):
+            parser.parse_args(argv)
+        verdicts.append([0, ""])
+    except SystemExit as exc:
+        verdicts.append([exc.code, error.getvalue().strip().splitlines()[-1:]])
+print(json.dumps(verdicts))
+"""
+
+
+@pytest.fixture(scope="module")
+def real_table(real_help):
+    table = flags.parse_help(real_help, version="0.5.23")
+    assert table.options, "no options parsed from the real --help"
+    return table
+
+
+def test_the_real_help_parses_to_the_recorded_table(real_table, flag_table):
+    real = {spec.names: spec for spec in real_table.options}
+    recorded = {spec.names: spec for spec in flag_table.options}
+    assert real.keys() == recorded.keys()
+    assert len(real) == 533
+    assert {names: spec.choices for names, spec in real.items()} == {names: spec.choices for names, spec in recorded.items()}
+
+
+def test_every_flag_and_choice_our_layouts_use_is_in_the_real_help(real_table, declaration):
+    for name, layout in declaration.layouts.items():
+        argv = command.server_args(layout, model_path=declaration.model_path, port=declaration.port,
+                                   host=declaration.bind_address)  # fmt: skip
+        assert flags.check_argv(argv, real_table) == [], name
+
+
+def test_our_verdicts_equal_the_real_argparse(real_python, real_table):
+    lines = [["--model-path", "/m", *line.split()] for line in COMMAND_LINES]
+    done = subprocess.run([str(real_python), "-c", REAL_ARGPARSE], input=json.dumps(lines), capture_output=True,
+                          text=True, timeout=600, check=True)  # fmt: skip
+    real = json.loads(done.stdout)
+    for argv, (code, message) in zip(lines, real, strict=True):
+        ours = not any(f.severity == "error" for f in flags.check_argv(argv, real_table))
+        assert ours == (code == 0), f"{' '.join(argv)}: real argparse exit {code} {message}"
+    verdicts = dict(zip(COMMAND_LINES, real, strict=True))
+    assert verdicts["--cuda-graph-max-bs 64"][0] == 2 and "ambiguous option" in verdicts["--cuda-graph-max-bs 64"][1][0]
+    assert verdicts["--moe-a2a-backend bogus"][0] == 2 and "invalid choice" in verdicts["--moe-a2a-backend bogus"][1][0]
