@@ -135,3 +135,27 @@ def test_a_hugging_face_token_never_reaches_the_output(provisioned):
     box = provisioned.box
     assert box.run("test", "-e", "/srv/models/from-hub/.sglang-model-complete", check=False).returncode == 1
     assert box.run("sudo", "test", "-e", "/root/.sglang-model-hf-token", check=False).returncode == 1
+
+
+def test_model_files_from_another_host_are_pulled_once_over_ssh(provisioned, box):
+    source = box.root / "data" / "models" / "tiny"
+    source.mkdir(parents=True)
+    (source / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (source / "model.safetensors").write_bytes(b"\0" * 4096)
+    box.run("sudo", "sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync", timeout=300)
+    # The trust between the two hosts is the user's to set up; here: a key of the GPU host's root.
+    target = provisioned.box
+    target.run("sudo", "sh", "-c", "test -e /root/.ssh/models || ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/models")
+    key = target.run("sudo", "cat", "/root/.ssh/models.pub").stdout
+    with open(box.root / "root" / ".ssh" / "authorized_keys", "a") as keys:
+        keys.write(key)
+    settings = {"sglang_model_source": "host", "sglang_model_source_host": "root@127.0.0.1",
+                "sglang_model_source_path": "/data/models/tiny", "sglang_model_dest": "/srv/models/pulled",
+                "sglang_model_source_ssh_options": f"-p {box.ssh_port} -i /root/.ssh/models"}  # fmt: skip
+    first = provisioned.playbook("playbooks/provision.yml", extra_vars=settings)
+    assert first.returncode == 0, first.output[-3000:]
+    pulled = target.run("runuser", "-u", "sglang", "--", "cat", "/srv/models/pulled/config.json", user="root").stdout
+    assert pulled.startswith('{"architectures"')
+    assert target.run("stat", "-c", "%s", "/srv/models/pulled/model.safetensors").stdout.strip() == "4096"
+    again = provisioned.playbook("playbooks/provision.yml", extra_vars=settings)
+    assert again.returncode == 0 and again.changed(target.name) == 0, again.output[-3000:]
