@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--min-requests", type=int, default=16)
     run.add_argument("--warmup", type=int, default=-1, help="requests excluded first (default: one per user)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--vocab-size", type=int, default=32000,
+                     help="--endpoint generate: prompt token ids are drawn below this; set the model's vocab_size")  # fmt: skip
     run.add_argument("--level-timeout", type=int, default=600, help="seconds a level may run at most")
     run.add_argument("--processes", type=int, default=1, help="load-generator processes (Locust --processes)")
     run.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between /metrics samples (0: off)")
@@ -65,7 +67,8 @@ def project_commit() -> str:
 
 def command_run(args: argparse.Namespace) -> int:
     workload = Workload(levels=args.levels, endpoint=args.endpoint, model=args.model, input_tokens=args.input_tokens,
-                        output_tokens=args.output_tokens, seed=args.seed, warmup=args.warmup, rounds=args.rounds,
+                        output_tokens=args.output_tokens, seed=args.seed, vocab_size=args.vocab_size, warmup=args.warmup,
+                        rounds=args.rounds,
                         min_requests=args.min_requests, level_timeout=args.level_timeout,
                         metrics_interval=args.metrics_interval, processes=args.processes)  # fmt: skip
     record: dict[str, Any] = {"kind": "sglang-benchmark-run", "started": results.utc_stamp(), "commit": project_commit(),

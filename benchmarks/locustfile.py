@@ -43,6 +43,8 @@ def _options(parser: Any) -> None:
     group.add_argument("--bench-input-tokens", type=int, default=128)
     group.add_argument("--bench-output-tokens", type=int, default=256)
     group.add_argument("--bench-seed", type=int, default=0)
+    group.add_argument("--bench-vocab-size", type=int, default=32000,
+                       help="/generate only: token ids are drawn below this (ids past the vocabulary crash SGLang)")  # fmt: skip
     group.add_argument("--bench-warmup", type=int, default=-1, help="requests excluded first (default: one per user)")
     group.add_argument("--bench-requests", type=int, default=32, help="measured requests")
     group.add_argument("--bench-records", default="records.jsonl", help="where the per-request records go")
@@ -89,15 +91,17 @@ def prompt_words(seed: int, index: int, count: int) -> str:
     return " ".join(chooser.choice(WORDS) for _ in range(count))
 
 
-def prompt_ids(seed: int, index: int, count: int) -> list[int]:
+def prompt_ids(seed: int, index: int, count: int, vocab_size: int) -> list[int]:
+    """Token ids inside the vocabulary, clear of the few special ids at its start."""
     chooser = random.Random(seed * 1_000_003 + index)
-    return [chooser.randrange(1000, 30000) for _ in range(count)]
+    low = min(16, vocab_size // 2)
+    return [chooser.randrange(low, vocab_size) for _ in range(count)]
 
 
 def request_body(options: Any, index: int) -> tuple[str, bytes]:
     n_out, n_in, seed = options.bench_output_tokens, options.bench_input_tokens, options.bench_seed
     if options.bench_endpoint == "generate":
-        body = {"input_ids": prompt_ids(seed, index, n_in), "stream": True,
+        body = {"input_ids": prompt_ids(seed, index, n_in, options.bench_vocab_size), "stream": True,
                 "sampling_params": {"max_new_tokens": n_out, "ignore_eos": True, "temperature": 0}}  # fmt: skip
         return "/generate", json.dumps(body).encode()
     body = {"model": options.bench_model, "messages": [{"role": "user", "content": prompt_words(seed, index, n_in)}],

@@ -36,6 +36,7 @@ class Workload:
     input_tokens: int = 128
     output_tokens: int = 256
     seed: int = 0
+    vocab_size: int = 32000  # /generate: token ids are drawn below it
     warmup: int = -1  # requests excluded first; -1: one per user
     rounds: int = 4  # measured requests = max(min_requests, rounds x C)
     min_requests: int = 16
@@ -47,6 +48,7 @@ class Workload:
         return {
             "bench_levels": self.levels, "bench_endpoint": self.endpoint, "bench_model": self.model,
             "bench_input_tokens": self.input_tokens, "bench_output_tokens": self.output_tokens, "bench_seed": self.seed,
+            "bench_vocab_size": self.vocab_size,
             "bench_warmup": self.warmup, "bench_rounds": self.rounds, "bench_min_requests": self.min_requests,
             "bench_level_timeout": self.level_timeout, "bench_metrics_interval": self.metrics_interval,
             "bench_processes": self.processes,

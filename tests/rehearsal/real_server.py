@@ -1,0 +1,49 @@
+"""The REAL sglang server on CPU with the tiny model (tests and the cross-check only): start, wait, stop."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.rehearsal import real_sglang, tiny_model
+from tests.rehearsal.box import CACHE, free_port
+from tests.rehearsal.standin import wait_http
+
+
+@contextlib.contextmanager
+def running(log: Path, *flags: str, cpus: set[int] | None = None, timeout: float = 300) -> Iterator[str]:
+    """Base URL of a real server on loopback; `cpus` pins it (so a client on another CPU does not slow it)."""
+    python = real_sglang.install()
+    model = tiny_model.build(python)
+    shim = tiny_model.shim(CACHE / "vllm-shim")
+    port = free_port()
+    # --max-total-tokens: without it the KV cache takes ~14 GB of RAM on CPU.
+    argv = [str(python), "-m", "sglang.launch_server", "--model-path", str(model), "--device", "cpu",
+            "--host", "127.0.0.1", "--port", str(port), "--max-total-tokens", "65536", *flags]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(shim)}
+    with open(log, "w") as out:
+        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                  preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        status = wait_http(url + "/health_generate", timeout, server)
+        if status != 200:
+            raise RuntimeError(f"the real server did not become healthy (last status {status}); see {log}")
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, 15)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)
+            server.wait()
+
+
+def vocab_size(python: Path) -> int:
+    import json
+
+    return int(json.loads((tiny_model.build(python) / "config.json").read_text())["vocab_size"])
