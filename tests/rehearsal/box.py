@@ -200,8 +200,11 @@ def _wait_for_ssh(box: Box, deadline: float, process: subprocess.Popen) -> None:
     raise BoxError(f"no SSH on port {box.ssh_port} after boot; see {box.directory / 'console.log'}")
 
 
-def boot(name: str | None = None, timeout: float = 60) -> Box:
-    """A fresh box, booted and answering SSH. Call `destroy` (or use `running_box`) to end it."""
+def boot(name: str | None = None, timeout: float = 60, binds: dict[str, str] | None = None) -> Box:
+    """A fresh box, booted and answering SSH. Call `destroy` (or use `running_box`) to end it.
+
+    `binds` maps host directories to paths in the box (e.g. a shared pip cache), bound read-write.
+    """
     rootfs = build_base()
     name = name or f"rehearsal-{secrets.token_hex(3)}"
     directory = RUNTIME / name
@@ -214,7 +217,8 @@ def boot(name: str | None = None, timeout: float = 60) -> Box:
         console = open(directory / "console.log", "w")  # noqa: SIM115  (kept open for the box's life)
         process = subprocess.Popen(
             ["systemd-nspawn", "-b", "-D", str(box.root), "--register=no", "--keep-unit", "-M", name,
-             "--resolv-conf=copy-host", "--console=read-only"],
+             "--resolv-conf=copy-host", "--console=read-only",
+             *(f"--bind={host}:{inside}" for host, inside in (binds or {}).items())],
             stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         box.pid = process.pid
@@ -264,8 +268,8 @@ def all_boxes() -> list[str]:
 
 
 @contextlib.contextmanager
-def running_box(name: str | None = None) -> Iterator[Box]:
-    box = boot(name)
+def running_box(name: str | None = None, binds: dict[str, str] | None = None) -> Iterator[Box]:
+    box = boot(name, binds=binds)
     try:
         yield box
     finally:

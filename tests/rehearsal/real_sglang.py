@@ -1,8 +1,9 @@
 """The REAL sglang package from PyPI (no stand-in), installed once per version into a cached venv.
 
-`pip install sglang==0.5.23` on a CPU-only machine takes minutes and ~11 GB with its CUDA libraries;
-the venv and pip's download cache live under the rehearsal cache, so a rerun on the same machine
-installs nothing and fetches nothing.
+`pip install sglang==0.5.23` on a CPU-only machine takes minutes and ~11 GB with its CUDA libraries.
+The wheels are downloaded once into a wheelhouse under the rehearsal cache (pip's own HTTP cache
+does not keep them behind every proxy), and the venv is installed from it; a rerun on the same
+machine fetches nothing. Rehearsal boxes install from the same wheelhouse, bound in read-only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 from tests.rehearsal.box import CACHE
 
 VERSION = "0.5.23"
-PIP_CACHE = CACHE / "pip-cache"
 
 
 class RegistryUnreachable(RuntimeError):
@@ -27,6 +27,32 @@ class RegistryUnreachable(RuntimeError):
 
 def venv_dir(version: str = VERSION) -> Path:
     return CACHE / f"real-sglang-{version}"
+
+
+def wheelhouse_dir(version: str = VERSION) -> Path:
+    return CACHE / f"real-sglang-wheels-{version}"
+
+
+def wheelhouse(version: str = VERSION) -> Path:
+    """Every wheel sglang==VERSION needs on this platform, downloaded once."""
+    target = wheelhouse_dir(version)
+    if (target / "complete").exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "complete").exists():
+            return target
+        if not registry_reachable():
+            raise RegistryUnreachable("the package registry is unreachable: the real-SGLang tier cannot fetch sglang")
+        with open(target.parent / f"{target.name}.log", "w") as out:
+            argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--dest", str(target),
+                    f"sglang=={version}"]  # fmt: skip
+            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"pip download sglang=={version} failed; see {target.parent / (target.name + '.log')}")
+        (target / "complete").write_text(version)
+    return target
 
 
 def registry_reachable(timeout: float = 10) -> bool:
@@ -49,14 +75,13 @@ def install(version: str = VERSION, log: Path | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second installer waits, then finds it complete
         if (target / "complete").exists():
             return python
-        if not registry_reachable():
-            raise RegistryUnreachable("the package registry is unreachable: the real-SGLang tier cannot install sglang")
+        wheels = wheelhouse(version)
         shutil.rmtree(target / "venv", ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(target / "venv")], check=True)
         with open(log or target / "install.log", "w") as out:
             done = subprocess.run(
-                [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--cache-dir", str(PIP_CACHE),
-                 f"sglang=={version}"],
+                [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-index", "--find-links",
+                 str(wheels), f"sglang=={version}"],
                 stdout=out, stderr=subprocess.STDOUT, check=False,
             )  # fmt: skip
         if done.returncode != 0:

@@ -1,0 +1,114 @@
+"""The REAL sglang deployed by the real roles and deploy.yml on a rehearsal box, on CPU (tiny model).
+
+Provision installs sglang==0.5.23 into the box from the wheelhouse downloaded once from PyPI (bound
+in read-only, as an offline mirror would be) and records the flag table from the real --help. Two CPU layouts are swapped
+back and forth; an ambiguous flag is refused by preflight, and with preflight off the real argparse
+failure is diagnosed and rolled back. The test-only vllm shim reaches the server through the layouts'
+env (PYTHONPATH), never through a role.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.rehearsal import box as boxes
+from tests.rehearsal import real_server, real_sglang, standin, tiny_model
+from tests.rehearsal.playbook import REPO, run_playbook, write_inventory
+from tests.rehearsal.standin import wait_http
+
+SHIM = "/opt/test-shim"
+ENV = {"PYTHONPATH": SHIM}
+LAYOUTS = {
+    "cpu-a": {"tp": 1, "env": ENV},
+    "cpu-b": {"tp": 1, "args": {"max-running-requests": 8}, "env": ENV},
+    "cpu-bad": {"tp": 1, "args": {"cuda-graph-max-bs": 64}, "env": ENV},
+}
+
+
+@pytest.fixture(scope="module")
+def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
+    wheels = real_sglang.wheelhouse()
+    with boxes.running_box(binds={str(wheels): "/opt/real-wheelhouse"}) as box:
+        standin.make_gpu_host(box.root, gpu_count=1, gpu_memory_gib=16.0)  # nvidia-smi for the GPU record
+        shutil.copytree(tiny_model.build(real_python), box.root / "srv" / "models" / "tiny-llama")
+        tiny_model.shim(box.root / SHIM.lstrip("/"))
+        port = boxes.free_port()
+        inventory = write_inventory(
+            box, tmp_path_factory.mktemp("real-box"),
+            cuda_toolkit_repo_base_url=cuda_repo.base_url,
+            sglang_venv_find_links=["/opt/real-wheelhouse"], sglang_venv_no_index=True,
+            sglang_model_path="/srv/models/tiny-llama", sglang_model_slug="tiny", sglang_port=port,
+            sglang_bind_address="127.0.0.1", sglang_common_args={"device": "cpu", "max-total-tokens": 65536},
+            sglang_common_env={}, sglang_layouts=LAYOUTS, sglang_service_health_timeout=600,
+            sglang_service_health_interval=1,
+        )  # fmt: skip
+        provisioned = run_playbook("playbooks/provision.yml", inventory, timeout=1800)
+        assert provisioned.returncode == 0, provisioned.output[-4000:]
+        yield box, inventory, port
+
+
+def deploy(real_box, layout: str, *options: str):
+    _, inventory, _ = real_box
+    return run_playbook("deploy.yml", inventory, None, "-e", f"layout={layout}", *options, timeout=1800)
+
+
+def active(box) -> list[str]:
+    listed = box.run("systemctl", "list-units", "--state=active", "--plain", "--no-legend", "sglang-tiny-*").stdout
+    return sorted(line.split()[0] for line in listed.splitlines() if line.strip())
+
+
+def test_provision_records_the_real_flag_table(real_box):
+    box, _, _ = real_box
+    record = json.loads(box.run("sudo", "cat", "/etc/ansible/facts.d/sglang_venv.fact").stdout)["versions"]["0.5.23"]
+    assert record["installed_version"] == "0.5.23"
+    table = json.loads(box.run("sudo", "cat", record["flag_table"]).stdout)
+    assert table["sglang_version"] == "0.5.23" and len(table["options"]) == 533
+
+
+def test_the_real_server_swaps_between_cpu_layouts_and_back(real_box):
+    box, _, port = real_box
+    for layout in ("cpu-a", "cpu-b", "cpu-a"):
+        done = deploy(real_box, layout)
+        assert done.returncode == 0, done.output[-4000:]
+        assert active(box) == [f"sglang-tiny-{layout}.service"]
+        assert wait_http(f"http://127.0.0.1:{port}/health_generate", 30) == 200
+    journal = box.run("sudo", "journalctl", "-u", "sglang-tiny-cpu-a", "--no-pager", "-o", "cat").stdout
+    assert "The server is fired up and ready to roll!" in journal
+
+
+def test_an_ambiguous_flag_is_refused_then_diagnosed_and_rolled_back_when_forced(real_box):
+    box, _, port = real_box
+    refused = deploy(real_box, "cpu-bad")
+    assert refused.returncode != 0 and "ambiguous" in refused.stdout and refused.changed(box.name) == 0
+    assert "--cuda-graph-max-bs-decode" in refused.stdout
+    forced = deploy(real_box, "cpu-bad", "-e", "preflight=false")
+    assert forced.returncode != 0
+    assert "Cause: SGLang refused a command-line flag" in forced.stdout and "ambiguous option" in forced.stdout
+    assert "Rolled back: sglang-tiny-cpu-a.service is serving again" in forced.stdout
+    assert active(box) == ["sglang-tiny-cpu-a.service"]
+    assert wait_http(f"http://127.0.0.1:{port}/health_generate", 30) == 200
+
+
+def test_our_benchmark_against_the_deployed_real_server_agrees_with_its_counts(real_box, real_python, tmp_path):
+    box, inventory, _ = real_box
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    argv = [sys.executable, "-m", "benchmarks", "run", "--server-host", box.name, "--inventory", str(inventory),
+            "--endpoint", "generate", "--vocab-size", str(real_server.vocab_size(real_python)), "--levels", "1,4",
+            "--output-tokens", "32", "--input-tokens", "16", "--min-requests", "8", "--rounds", "2",
+            "--results-dir", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (path,) = tmp_path.rglob("*.json")
+    run = json.loads(path.read_text())
+    assert run["server"]["layout"] == "cpu-a" and run["server"]["sglang_version"] == "0.5.23"
+    for level in run["levels"]:
+        assert level["completed"] == level["requests"] and level["failed"] == 0
+        assert level["length_mismatches"] == 0 and level["stream_count_mismatches"] == 0
+        assert level["output_tokens"] == 32 * level["completed"]
