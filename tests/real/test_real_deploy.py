@@ -37,7 +37,9 @@ def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
     wheels = real_sglang.wheelhouse()
     with boxes.running_box(binds={str(wheels): "/opt/real-wheelhouse"}) as box:
         standin.make_gpu_host(box.root, gpu_count=1, gpu_memory_gib=16.0)  # nvidia-smi for the GPU record
-        shutil.copytree(tiny_model.build(real_python), box.root / "srv" / "models" / "tiny-llama")
+        model = box.root / "srv" / "models" / "tiny-llama"
+        shutil.copytree(tiny_model.build(real_python), model)
+        (model / "model.safetensors").chmod(0o600)  # as torch saves it: deploy must say so before loading
         tiny_model.shim(box.root / SHIM.lstrip("/"))
         port = boxes.free_port()
         inventory = write_inventory(
@@ -70,6 +72,14 @@ def test_provision_records_the_real_flag_table(real_box):
     assert record["installed_version"] == "0.5.23"
     table = json.loads(box.run("sudo", "cat", record["flag_table"]).stdout)
     assert table["sglang_version"] == "0.5.23" and len(table["options"]) == 533
+
+
+def test_unreadable_weights_are_refused_before_the_host_changes(real_box):
+    box, _, _ = real_box
+    refused = deploy(real_box, "cpu-a")
+    assert refused.returncode != 0 and refused.changed(box.name) == 0
+    assert "cannot read /srv/models/tiny-llama/model.safetensors" in refused.stdout and "chmod -R a+rX" in refused.stdout
+    box.run("sudo", "chmod", "-R", "a+rX", "/srv/models/tiny-llama")
 
 
 def test_the_real_server_swaps_between_cpu_layouts_and_back(real_box):
