@@ -25,8 +25,8 @@ LEVELS = (1, 16, 64)
 
 
 @pytest.fixture(scope="module")
-def benchmarked(provisioned, tmp_path_factory):
-    declared = __import__("yaml").safe_load((REPO / "group_vars" / "sglang_servers.yml").read_text())["sglang_common_args"]
+def benchmarked(provisioned, declared_vars, tmp_path_factory):
+    declared = declared_vars["sglang_common_args"]
     deployed = provisioned.playbook("deploy.yml", "-e", "layout=ep8",
                                     extra_vars={"sglang_common_args": {**declared, "enable-metrics": True}})  # fmt: skip
     assert deployed.returncode == 0, deployed.output[-3000:]

@@ -136,16 +136,13 @@ def test_bad_declarations_are_refused_before_the_host_changes(provisioned, layou
     assert (main_pid(box, "tp8"), project_units(box)) == before
 
 
-def common_args_with(**changes: object) -> dict:
-    import yaml
-
-    from tests.rehearsal.playbook import REPO
-
-    declared = yaml.safe_load((REPO / "group_vars" / "sglang_servers.yml").read_text())["sglang_common_args"]
-    return {"sglang_common_args": {**declared, **changes}}
+@pytest.fixture
+def common_args_with(declared_vars):
+    """Extra vars: the declared common args with some changed."""
+    return lambda **changes: {"sglang_common_args": {**declared_vars["sglang_common_args"], **changes}}
 
 
-def test_check_diff_shows_the_unit_that_would_change_and_touches_nothing(provisioned):
+def test_check_diff_shows_the_unit_that_would_change_and_touches_nothing(provisioned, common_args_with):
     box = provisioned.box
     before = (main_pid(box, "tp8"), box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout)
     checked = deploy(provisioned, "tp8", "--check", "--diff", extra_vars=common_args_with(**{"max-running-requests": 128}))
@@ -155,7 +152,7 @@ def test_check_diff_shows_the_unit_that_would_change_and_touches_nothing(provisi
     assert (main_pid(box, "tp8"), box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout) == before
 
 
-def test_changed_arguments_restart_through_the_swap_and_a_bad_change_is_undone(provisioned):
+def test_changed_arguments_restart_through_the_swap_and_a_bad_change_is_undone(provisioned, common_args_with):
     box = provisioned.box
     old_pid = main_pid(box, "tp8")
     changed = deploy(provisioned, "tp8", extra_vars=common_args_with(**{"max-running-requests": 128}))

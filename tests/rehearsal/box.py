@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -59,32 +59,42 @@ def base_dir() -> Path:
     return CACHE / f"base-{SUITE}-{digest}"
 
 
+def built_once(target: Path, build: Callable[[], str]) -> Path:
+    """Build `target` once per machine and mark it complete (the mark holds what build() returns).
+
+    A concurrent builder waits on the lock, then finds it complete; an unmarked (interrupted) build
+    is cleared and done again.
+    """
+    if (target / "complete").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "complete").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            (target / "complete").write_text(build())
+    return target
+
+
 def build_base(log: Path | None = None) -> Path:
     """The cached base rootfs, built with debootstrap on first use (about a minute)."""
     base = base_dir()
-    rootfs = base / "rootfs"
-    if (base / "complete").exists():
-        return rootfs
-    base.mkdir(parents=True, exist_ok=True)
-    with open(base / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds it complete
-        if (base / "complete").exists():
-            return rootfs
-        partial = base / "rootfs.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        command = ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(partial), debian_mirror()]
+
+    def debootstrap() -> str:
+        rootfs = base / "rootfs"
+        command = ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(rootfs), debian_mirror()]
         with open(log or base / "debootstrap.log", "w") as out:
             done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
         if done.returncode != 0:
             raise BoxError(f"debootstrap failed ({done.returncode}); see {log or base / 'debootstrap.log'}")
         # No box should start these: each box gets its own host keys and machine id.
-        for key in (partial / "etc" / "ssh").glob("ssh_host_*"):
+        for key in (rootfs / "etc" / "ssh").glob("ssh_host_*"):
             key.unlink()
-        (partial / "etc" / "machine-id").write_text("")
-        shutil.rmtree(rootfs, ignore_errors=True)
-        partial.rename(rootfs)
-        (base / "complete").write_text(json.dumps(recipe()))
-    return rootfs
+        (rootfs / "etc" / "machine-id").write_text("")
+        return json.dumps(recipe())
+
+    return built_once(base, debootstrap) / "rootfs"
 
 
 def free_port() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -44,6 +45,4 @@ def running(log: Path, *flags: str, cpus: set[int] | None = None, timeout: float
 
 
 def vocab_size(python: Path) -> int:
-    import json
-
     return int(json.loads((tiny_model.build(python) / "config.json").read_text())["vocab_size"])

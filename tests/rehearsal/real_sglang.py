@@ -8,15 +8,13 @@ machine fetches nothing. Rehearsal boxes install from the same wheelhouse, bound
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
-from tests.rehearsal.box import CACHE
+from tests.rehearsal.box import CACHE, built_once
 
 VERSION = "0.5.23"
 
@@ -36,23 +34,20 @@ def wheelhouse_dir(version: str = VERSION) -> Path:
 def wheelhouse(version: str = VERSION) -> Path:
     """Every wheel sglang==VERSION needs on this platform, downloaded once."""
     target = wheelhouse_dir(version)
-    if (target / "complete").exists():
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "complete").exists():
-            return target
+
+    def download() -> str:
         if not registry_reachable():
             raise RegistryUnreachable("the package registry is unreachable: the real-SGLang tier cannot fetch sglang")
-        with open(target.parent / f"{target.name}.log", "w") as out:
-            argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--dest", str(target),
-                    f"sglang=={version}"]  # fmt: skip
+        log = target.parent / f"{target.name}.log"
+        argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--dest", str(target),
+                f"sglang=={version}"]  # fmt: skip
+        with open(log, "w") as out:
             done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"pip download sglang=={version} failed; see {target.parent / (target.name + '.log')}")
-        (target / "complete").write_text(version)
-    return target
+            raise RuntimeError(f"pip download sglang=={version} failed; see {log}")
+        return version
+
+    return built_once(target, download)
 
 
 def registry_reachable(timeout: float = 10) -> bool:
@@ -64,30 +59,22 @@ def registry_reachable(timeout: float = 10) -> bool:
     return True
 
 
-def install(version: str = VERSION, log: Path | None = None) -> Path:
-    """The venv's python, installing sglang==VERSION first when it is not there yet."""
+def install(version: str = VERSION) -> Path:
+    """The venv's python, installing sglang==VERSION from the wheelhouse first when it is not there yet."""
     target = venv_dir(version)
-    python = target / "venv" / "bin" / "python"
-    if (target / "complete").exists():
-        return python
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second installer waits, then finds it complete
-        if (target / "complete").exists():
-            return python
+
+    def create() -> str:
         wheels = wheelhouse(version)
-        shutil.rmtree(target / "venv", ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(target / "venv")], check=True)
-        with open(log or target / "install.log", "w") as out:
-            done = subprocess.run(
-                [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-index", "--find-links",
-                 str(wheels), f"sglang=={version}"],
-                stdout=out, stderr=subprocess.STDOUT, check=False,
-            )  # fmt: skip
+        argv = [str(target / "venv" / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+                "--no-index", "--find-links", str(wheels), f"sglang=={version}"]  # fmt: skip
+        with open(target / "install.log", "w") as out:
+            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"pip install sglang=={version} failed; see {log or target / 'install.log'}")
-        (target / "complete").write_text(version)
-    return python
+            raise RuntimeError(f"pip install sglang=={version} failed; see {target / 'install.log'}")
+        return version
+
+    return built_once(target, create) / "venv" / "bin" / "python"
 
 
 def help_text(python: Path) -> str:

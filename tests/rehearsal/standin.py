@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.rehearsal.box import CACHE, free_port
+from tests.rehearsal.box import CACHE, built_once, free_port
 
 TESTS = Path(__file__).resolve().parents[1]
 SOURCE = TESTS / "standins" / "sglang"
@@ -43,20 +43,16 @@ def _digest() -> str:
 def wheelhouse() -> Path:
     """A local wheelhouse with the stand-in sglang wheel and its dependencies, cached by content."""
     target = CACHE / f"wheelhouse-{_digest()}"
-    if (target / "complete").exists():
-        return target
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    source = source_tree(partial / "src")
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(partial), str(source)], check=True)
-    subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(partial), *RUNTIME_DEPS], check=True)
-    shutil.rmtree(source)
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    (target / "complete").write_text("")
-    return target
+
+    def build() -> str:
+        source = source_tree(target / "src")
+        pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, "wheel", "--no-deps", "-w", str(target), str(source)], check=True)
+        subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), *RUNTIME_DEPS], check=True)
+        shutil.rmtree(source)
+        return ""
+
+    return built_once(target, build)
 
 
 def write_simulation(path: Path, **settings: object) -> Path:
