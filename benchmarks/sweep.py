@@ -44,12 +44,15 @@ class Workload:
     metrics_interval: float = 1.0
     processes: int = 1  # Locust --processes: load-generator cores (more than ~128 fast streams per core)
 
+    def measured_requests(self, concurrency: int) -> int:
+        return max(self.min_requests, self.rounds * concurrency)
+
     def extravars(self) -> dict[str, Any]:
         return {
             "bench_levels": self.levels, "bench_endpoint": self.endpoint, "bench_model": self.model,
             "bench_input_tokens": self.input_tokens, "bench_output_tokens": self.output_tokens, "bench_seed": self.seed,
             "bench_vocab_size": self.vocab_size,
-            "bench_warmup": self.warmup, "bench_rounds": self.rounds, "bench_min_requests": self.min_requests,
+            "bench_warmup": self.warmup, "bench_measured": {str(c): self.measured_requests(c) for c in self.levels},
             "bench_level_timeout": self.level_timeout, "bench_metrics_interval": self.metrics_interval,
             "bench_processes": self.processes,
         }  # fmt: skip
@@ -170,7 +173,7 @@ def run_sweep(
             started["t"] = time.monotonic()
             if pending:
                 concurrency = pending.pop(0)
-                measured = max(workload.min_requests, workload.rounds * concurrency)
+                measured = workload.measured_requests(concurrency)
                 progress(f"  C={concurrency}: running ({measured} measured requests, at most {workload.level_timeout} s)")
         if event.get("event") in ("runner_on_ok", "runner_on_failed") and task == "Level | Run Locust at the concurrency":
             level = data.get("res", {}).get("invocation", {}).get("module_args", {}).get("argv", [])
@@ -201,8 +204,8 @@ def run_sweep(
         path = output_dir / f"level-{concurrency}.jsonl"
         if str(concurrency) not in levels_run and not path.exists():
             continue  # never started (interrupted or the play failed before it)
-        requested = max(workload.min_requests, workload.rounds * concurrency)
-        levels.append(summarize_level(concurrency, path, levels_run.get(str(concurrency)), requested))
+        measured = workload.measured_requests(concurrency)
+        levels.append(summarize_level(concurrency, path, levels_run.get(str(concurrency)), measured))
     if interrupted["flag"]:
         status = "interrupted"
     elif not levels:
