@@ -9,10 +9,20 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sglang_layout import flags, report
+from sglang_layout import report
+from sglang_layout.command import SECRETS_FILE_IN_UNIT
+from sglang_layout.model_size import ModelConfigError
 from sglang_layout.preflight import Facts, check_all
 from sglang_layout.schema import DeclarationError, select_layout
-from sglang_layout.sources import declaration_from_vars, load_yaml_vars, read_flag_table, read_model
+from sglang_layout.sources import (
+    declaration_from_vars,
+    flag_table_from_text,
+    gpu_count,
+    gpu_memory_gib,
+    load_yaml_vars,
+    read_flag_table,
+    read_model,
+)
 
 DEFAULT_GROUP_VARS = Path("group_vars/sglang_servers.yml")
 
@@ -25,8 +35,8 @@ def _parser() -> argparse.ArgumentParser:
         "--group-vars", type=Path, action="append", help=f"YAML vars file(s) with sglang_layouts (default {DEFAULT_GROUP_VARS})"
     )
     pre.add_argument("--layout", help="the layout to decide on (exit 1 when rejected); all are tabled either way")
-    pre.add_argument("--gpu-count", type=int, help="GPUs on the host (default: sglang_gpu_count)")
-    pre.add_argument("--gpu-memory-gib", type=float, help="memory per GPU in GiB (default: sglang_gpu_memory_gib)")
+    pre.add_argument("--gpu-count", help="GPUs on the host (default: sglang_gpu_count)")
+    pre.add_argument("--gpu-memory-gib", help="memory per GPU in GiB (default: sglang_gpu_memory_gib)")
     pre.add_argument("--model-config", type=Path, help="the model's config.json (an index.json beside it is used)")
     pre.add_argument("--flag-table", type=Path, help="the installed SGLang's flag table (JSON) or its --help text")
     pre.add_argument("--json", action="store_true", help="print the verdicts as JSON")
@@ -37,17 +47,22 @@ def _parser() -> argparse.ArgumentParser:
 
 def _preflight(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    declaration = declaration_from_vars(load_yaml_vars(args.group_vars or [DEFAULT_GROUP_VARS]))
+    table = read_flag_table(args.flag_table) if args.flag_table else None
+    declaration = declaration_from_vars(load_yaml_vars(args.group_vars or [DEFAULT_GROUP_VARS]), flag_table=table)
     config, index = read_model(args.model_config) if args.model_config else (None, None)
+    count = gpu_count("--gpu-count", args.gpu_count, from_text=True)
+    memory = gpu_memory_gib("--gpu-memory-gib", args.gpu_memory_gib, from_text=True)
     facts = Facts(
-        gpu_count=args.gpu_count if args.gpu_count is not None else declaration.gpu_count,
-        gpu_memory_gib=args.gpu_memory_gib if args.gpu_memory_gib is not None else declaration.gpu_memory_gib,
+        gpu_count=count if count is not None else declaration.gpu_count,
+        gpu_memory_gib=memory if memory is not None else declaration.gpu_memory_gib,
         model_config=config,
         model_index=index,
-        flag_table=read_flag_table(args.flag_table) if args.flag_table else None,
+        flag_table=table,
         model_path=declaration.model_path,
         port=declaration.port,
         host=declaration.bind_address,
+        api_key_set=declaration.api_key_set,
+        secrets_file=SECRETS_FILE_IN_UNIT if declaration.api_key_set else None,
     )
     chosen = select_layout(declaration.layouts, args.layout) if args.layout else None
     verdicts = check_all(declaration.layouts, facts)
@@ -70,9 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "flag-table":
-            print(json.dumps(flags.parse_help(sys.stdin.read(), args.version).to_json(), indent=1))
+            print(json.dumps(flag_table_from_text(sys.stdin.read(), "stdin", args.version).to_json(), indent=1))
             return 0
         return _preflight(args)
-    except DeclarationError as exc:
+    except (DeclarationError, ModelConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

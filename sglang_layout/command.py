@@ -26,8 +26,17 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
-def server_args(layout: Layout, *, model_path: str, port: int, host: str) -> list[str]:
-    """Flags after `python -m sglang.launch_server`, in the field notes' order."""
+# systemd hands the secrets file to the unit as a credential (LoadCredential=); %d is its directory.
+SECRETS_CREDENTIAL = "sglang-secrets.yaml"
+SECRETS_FILE_IN_UNIT = f"%d/{SECRETS_CREDENTIAL}"
+
+
+def server_args(layout: Layout, *, model_path: str, port: int, host: str, secrets_file: str | None = None) -> list[str]:
+    """Flags after `python -m sglang.launch_server`, in the field notes' order.
+
+    Secrets never appear here: SGLang reads them from the YAML file given with --config
+    (its values are merged under the command line's), so they stay out of /proc/PID/cmdline.
+    """
     argv = ["--model-path", model_path, "--port", str(port), "--host", host]
     for field_name, flag in PARALLEL_FLAGS:
         size = getattr(layout, field_name)
@@ -39,6 +48,8 @@ def server_args(layout: Layout, *, model_path: str, port: int, host: str) -> lis
         argv.append(f"--{name}")
         if value is not True:
             argv += _value_tokens(value)
+    if secrets_file:
+        argv += ["--config", secrets_file]
     return argv
 
 

@@ -79,8 +79,9 @@ TIMEOUT = Cause(
     (),
     "It may still be loading: raise sglang_service_health_timeout, or look at the journal for where it stopped.",
 )
-UNKNOWN = Cause("unknown", "the server exited for a reason not recognised", (),
-                "Read the journal lines quoted above (journalctl -u UNIT).")  # fmt: skip
+UNKNOWN = Cause(
+    "unknown", "the server exited for a reason not recognised", (), "Read the journal lines quoted above (journalctl -u UNIT)."
+)
 _ERRORISH = re.compile(r"(error|exception|traceback|fatal|killed)", re.IGNORECASE)
 
 

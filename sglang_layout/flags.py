@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,20 +55,34 @@ class FlagTable:
         }
 
 
+MAX_OPTIONS = 10_000
+
+
+def _spec_from_json(item: Any) -> FlagSpec:
+    if not isinstance(item, Mapping):
+        raise ValueError(f"an option must be an object, not {type(item).__name__}")
+    names, takes_value, choices = item.get("names"), item.get("takes_value"), item.get("choices")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.startswith("-") for n in names):
+        raise ValueError(f"option names must be a non-empty list of '-' flags, not {str(names)[:80]}")
+    if not isinstance(takes_value, bool):
+        raise ValueError(f"takes_value of {names[0]} must be true or false")
+    if choices is not None and (not isinstance(choices, list) or not all(isinstance(c, str) for c in choices)):
+        raise ValueError(f"choices of {names[0]} must be a list of strings or null")
+    return FlagSpec(names=tuple(names), takes_value=takes_value, choices=tuple(choices) if choices is not None else None)
+
+
 def table_from_json(data: Mapping[str, Any]) -> FlagTable:
-    """A table as saved by `FlagTable.to_json` (or the shared 0.5.23 reference)."""
+    """A table as saved by `FlagTable.to_json` (or the shared 0.5.23 reference); ValueError when it is not one."""
+    options = data.get("options") if isinstance(data, Mapping) else None
+    if not isinstance(options, list) or not options:
+        raise ValueError("not a flag table (expected a non-empty options[] of names/takes_value/choices)")
+    if len(options) > MAX_OPTIONS:
+        raise ValueError(f"not a flag table: {len(options)} options, more than {MAX_OPTIONS}")
     try:
-        options = tuple(
-            FlagSpec(
-                names=tuple(item["names"]),
-                takes_value=bool(item["takes_value"]),
-                choices=tuple(item["choices"]) if item.get("choices") is not None else None,
-            )
-            for item in data["options"]
-        )
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"not a flag table (expected options[].names/takes_value/choices): {exc}") from exc
-    return FlagTable(version=str(data.get("sglang_version", "unknown")), options=options)
+        specs = tuple(_spec_from_json(item) for item in options)
+    except ValueError as exc:
+        raise ValueError(f"not a flag table: {exc}") from exc
+    return FlagTable(version=str(data.get("sglang_version", "unknown"))[:64], options=specs)
 
 
 def _split_invocation(invocation: str) -> list[str]:
@@ -125,7 +139,11 @@ def load_table(text: str, version: str = "unknown") -> FlagTable:
     """A flag table from either its JSON form or raw `--help` text."""
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        return table_from_json(json.loads(stripped))
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a flag table: invalid JSON ({exc})") from exc
+        return table_from_json(data)
     return parse_help(text, version)
 
 
@@ -222,7 +240,3 @@ def check_argv(argv: Sequence[str], table: FlagTable) -> list[Finding]:
                     )
                 )
     return findings
-
-
-def flag_names(table: FlagTable) -> Iterable[str]:
-    return table.by_name.keys()

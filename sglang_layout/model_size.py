@@ -98,6 +98,85 @@ class QuantScheme:
         return False
 
 
+# Whole-number fields of config.json the estimate reads, with the range a real model stays in.
+# Checked up front so a string, a float or 1e9 layers is refused in words, not in a traceback or a hang.
+INT_FIELDS = {
+    "hidden_size": (1, 1_000_000),
+    "num_hidden_layers": (1, 10_000),
+    "num_attention_heads": (1, 100_000),
+    "num_key_value_heads": (1, 100_000),
+    "head_dim": (1, 100_000),
+    "vocab_size": (1, 100_000_000),
+    "kv_lora_rank": (0, 1_000_000),
+    "q_lora_rank": (0, 1_000_000),
+    "qk_rope_head_dim": (0, 100_000),
+    "qk_nope_head_dim": (0, 100_000),
+    "v_head_dim": (0, 100_000),
+    "moe_layer_freq": (1, 10_000),
+    "first_k_dense_replace": (0, 10_000),
+    "decoder_sparse_step": (1, 10_000),
+    "n_routed_experts": (0, 1_000_000),
+    "num_local_experts": (0, 1_000_000),
+    "num_experts": (0, 1_000_000),
+    "n_shared_experts": (0, 10_000),
+    "intermediate_size": (1, 100_000_000),
+    "moe_intermediate_size": (1, 100_000_000),
+    "shared_expert_intermediate_size": (0, 100_000_000),
+}
+QUANT_INT_FIELDS = {
+    "num_bits": (1, 64),
+    "bits": (1, 64),
+    "w_bit": (1, 64),
+    "group_size": (-1, 1_000_000),
+    "q_group_size": (-1, 1_000_000),
+}
+
+
+def _whole(where: str, key: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ModelConfigError(f"{where} {key} = {str(value)[:60]!r} must be a whole number from {low} to {high}: check the file")
+
+
+def _check_fields(cfg: Mapping[str, Any]) -> None:
+    """Refuse, in words, the values the estimate could not use (types and ranges)."""
+    for key, (low, high) in INT_FIELDS.items():
+        if cfg.get(key) is not None:
+            _whole("config.json", key, cfg[key], low, high)
+    for key in ("architectures", "mlp_only_layers"):
+        value = cfg.get(key)
+        kind = str if key == "architectures" else int
+        if value is not None and (
+            not isinstance(value, list) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
+        ):
+            raise ModelConfigError(f"config.json {key} = {str(value)[:60]!r} must be a list of {kind.__name__}: check the file")
+    q = cfg.get("quantization_config")
+    if q is None:
+        return
+    if not isinstance(q, Mapping):
+        raise ModelConfigError(f"config.json quantization_config must be an object, not {type(q).__name__}: check the file")
+    groups = q.get("config_groups")
+    if groups is not None and not isinstance(groups, Mapping):
+        raise ModelConfigError("config.json quantization_config.config_groups must be an object: check the file")
+    inner = [
+        g.get("weights") for g in (groups or {}).values() if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
+    ]
+    for scope in [q, *inner]:
+        for key, (low, high) in QUANT_INT_FIELDS.items():
+            if scope.get(key) is not None:
+                _whole("config.json quantization_config", key, scope[key], low, high)
+    block = q.get("weight_block_size")
+    if block is not None and not (
+        isinstance(block, list)
+        and len(block) == 2
+        and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise ModelConfigError(f"quantization_config.weight_block_size = {str(block)[:60]!r} must be two positive whole numbers")
+    for key in ("ignore", "modules_to_not_convert", "ignored_layers"):
+        value = q.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+            raise ModelConfigError(f"quantization_config.{key} must be a list of module names: check the file")
+
+
 def _get(cfg: Mapping[str, Any], *keys: str, default: Any = ...) -> Any:
     for key in keys:
         if cfg.get(key) is not None:
@@ -213,6 +292,7 @@ def _moe_layers(cfg: Mapping[str, Any], layers: int) -> set[int]:
 def estimate_weights(raw_cfg: Mapping[str, Any]) -> ModelWeights:
     """Estimate weight bytes per layer and part from config.json alone."""
     cfg = text_config(raw_cfg)
+    _check_fields(cfg)
     arch = ",".join(cfg.get("architectures") or raw_cfg.get("architectures") or [str(cfg.get("model_type", "unknown"))])
     hidden = int(_get(cfg, "hidden_size"))
     layers = int(_get(cfg, "num_hidden_layers"))
@@ -268,11 +348,25 @@ def estimate_weights(raw_cfg: Mapping[str, Any]) -> ModelWeights:
 
 def model_weights(cfg: Mapping[str, Any], index: Mapping[str, Any] | None = None) -> ModelWeights:
     """Weights from config.json, scaled to the index's exact total_size when there is one."""
-    weights = estimate_weights(cfg)
-    total = (index or {}).get("metadata", {}).get("total_size")
-    if total:
-        return weights.scaled_to(float(total), "model.safetensors.index.json total_size")
-    return weights
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigError("config.json must hold a JSON object")
+    try:
+        weights = estimate_weights(cfg)
+    except ModelConfigError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, OverflowError, re.error) as exc:
+        # The field checks above cover what real configs hold; anything stranger is still a message.
+        raise ModelConfigError(f"config.json cannot be read as a model config ({type(exc).__name__}: {str(exc)[:120]})") from exc
+    metadata = (index or {}).get("metadata") if isinstance(index, Mapping) else None
+    total = metadata.get("total_size") if isinstance(metadata, Mapping) else None
+    if total is None:
+        return weights
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 < total < 2**60:
+        raise ModelConfigError(f"{INDEX_NAME_HINT} metadata.total_size = {str(total)[:40]!r} must be a positive number of bytes")
+    return weights.scaled_to(float(total), "model.safetensors.index.json total_size")
+
+
+INDEX_NAME_HINT = "model.safetensors.index.json"
 
 
 def pp_stage_layers(num_layers: int, pp: int) -> list[Sequence[int]]:

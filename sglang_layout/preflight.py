@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_layout import command, flags, memory, parallel
+from sglang_layout import command, flags, memory, parallel, text
 from sglang_layout.findings import Finding
 from sglang_layout.model_size import ModelConfigError, ModelWeights, model_weights
 from sglang_layout.schema import Layout
@@ -23,7 +23,9 @@ class Facts:
     flag_table: flags.FlagTable | None = None
     model_path: str = "/models/model"
     port: int = 30000
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
+    api_key_set: bool = False
+    secrets_file: str | None = None  # where the unit's --config file of secrets is read from
 
 
 @dataclass(frozen=True)
@@ -89,9 +91,12 @@ def _weights(facts: Facts) -> tuple[ModelWeights | None, list[Finding]]:
 def check_layout(layout: Layout, facts: Facts, estimate: tuple[ModelWeights | None, list[Finding]] | None = None) -> Verdict:
     """All rules for one layout. `estimate` (weights, notes) may be passed in to estimate once for many layouts."""
     weights, notes = estimate if estimate is not None else _weights(facts)
-    findings: list[Finding] = list(notes)
+    findings: list[Finding] = list(notes) + [Finding.warning("declaration", notice) for notice in layout.notices]
     skipped: list[str] = []
-    argv = command.server_args(layout, model_path=facts.model_path, port=facts.port, host=facts.host)
+    argv = command.server_args(
+        layout, model_path=facts.model_path, port=facts.port, host=facts.host, secrets_file=facts.secrets_file
+    )
+    findings += check_exposure(layout, facts)
     findings += parallel.check_parallel(layout, facts.gpu_count, weights.routed_experts if weights else None)
     fit = None
     if weights is not None and facts.gpu_memory_gib:
@@ -106,6 +111,19 @@ def check_layout(layout: Layout, facts: Facts, estimate: tuple[ModelWeights | No
     if facts.gpu_count is None:
         skipped.append("GPU count")
     return Verdict(layout=layout, argv=argv, findings=findings, fit=fit, skipped=skipped)
+
+
+def check_exposure(layout: Layout, facts: Facts) -> list[Finding]:
+    """A server reachable beyond this host with no API key serves (and administers) anyone who finds the port."""
+    if facts.api_key_set or text.is_loopback(facts.host):
+        return []
+    return [
+        Finding.warning(
+            "exposure",
+            f"the server would listen on {facts.host}:{facts.port} with no API key: anyone who reaches the port can use it",
+            "set sglang_api_key (from Ansible Vault), or sglang_bind_address: 127.0.0.1",
+        )
+    ]
 
 
 def check_all(layouts: Mapping[str, Layout], facts: Facts) -> list[Verdict]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sglang_layout.findings import Finding
 from sglang_layout.preflight import Verdict
 
 HEADERS = ("layout", "tp", "ep", "pp", "dp", "GPUs", "MoE TP", "weights/GPU", "usable/GPU", "headroom", "KV tokens", "verdict")
@@ -48,11 +49,17 @@ def format_table(verdicts: Sequence[Verdict]) -> str:
 
 
 def format_reasons(verdicts: Sequence[Verdict], *, include_info: bool = False) -> str:
-    lines = []
-    for v in verdicts:
-        for finding in v.findings:
-            if include_info or finding.severity != "info":
-                lines.append(f"{v.layout.name}: {finding.severity}: {finding.text()}")
+    """One line per finding; one that every layout shares (the bind address, say) is said once."""
+    shown = [(v.layout.name, f) for v in verdicts for f in v.findings if include_info or f.severity != "info"]
+    holders: dict[str, set[str]] = {}
+    for name, finding in shown:
+        holders.setdefault(finding.text(), set()).add(name)
+    shared = {line for line, names in holders.items() if len(verdicts) > 1 and len(names) == len(verdicts)}
+    first: dict[str, Finding] = {}
+    for _, finding in shown:
+        first.setdefault(finding.text(), finding)
+    lines = [f"all layouts: {first[line].severity}: {line}" for line in first if line in shared]
+    lines += [f"{name}: {finding.severity}: {finding.text()}" for name, finding in shown if finding.text() not in shared]
     skipped = dict.fromkeys(what for v in verdicts for what in v.skipped)
     lines += [f"not checked: {what}" for what in skipped]
     return "\n".join(lines)

@@ -3,59 +3,60 @@
 Schema (kept stable, inventories are written against it)::
 
     sglang_layouts:
-      <name matching [a-z0-9-]+>:
-        tp: int >= 1   (each of tp, ep, pp, dp is 1 when absent)
+      <name matching [a-z0-9][a-z0-9-]*, at most 48 characters>:
+        description: one line of text (a multi-line one is folded, with a warning)
+        tp: int >= 1   (each of tp, ep, pp, dp is 1 when absent; dp x tp x pp <= 4096)
         ep: int >= 1
         pp: int >= 1
         dp: int >= 1
-        args: {flag-name-without-dashes: value | true | false | null}
+        args: {flag-name-without-dashes: value | [values] | true | false | null}
         env:  {VARIABLE: value}
+        hardening: {SystemdDirective: value | null}   (see sglang_layout.hardening)
 
-Common args and environment are merged under each layout's own.
+Common args and environment are merged under each layout's own. Every string that
+reaches the unit file or the command line is checked whole (sglang_layout.text):
+no control characters, bounded, and no flag smuggled in a value.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-LAYOUT_NAME = re.compile(r"^[a-z0-9-]+$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PARALLEL_KEYS = ("tp", "ep", "pp", "dp")
-LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description"))
+from sglang_layout import flags, hardening, reserved, text
+from sglang_layout.errors import DeclarationError
 
-# Flags the project renders itself from first-class fields; a layout that also
-# sets them in `args` would say two things at once.
-RESERVED_ARGS = {
-    "tp-size": "tp",
-    "tensor-parallel-size": "tp",
-    "ep-size": "ep",
-    "ep": "ep",
-    "expert-parallel-size": "ep",
-    "pp-size": "pp",
-    "pipeline-parallel-size": "pp",
-    "dp-size": "dp",
-    "data-parallel-size": "dp",
-    "model-path": "sglang_model_path",
-    "model": "sglang_model_path",
-    "port": "sglang_port",
-    "host": "sglang_bind_address",
+__all__ = ["DeclarationError", "Layout", "ServerSettings", "parse_layout", "parse_layouts", "select_layout", "server_settings"]
+
+LAYOUT_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+MODEL_SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+NUMBER = re.compile(r"-[0-9][0-9.eE+-]*")
+PARALLEL_KEYS = ("tp", "ep", "pp", "dp")
+LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description", "hardening"))
+MAX_WIDTH = 1024  # per parallel size
+MAX_GPUS = 4096  # dp x tp x pp: bounds what is rendered (CUDA_VISIBLE_DEVICES) before any verdict
+MAX_ARGS = 256
+# Variables that load code into the server process: the declaration is data, never code.
+CODE_LOADING_ENV = frozenset(
+    {"LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH_FORCE", "PYTHONSTARTUP", "PYTHONINSPECT", "BASH_ENV", "ENV", "PYTHONBREAKPOINT"}
+)
+# Server flags whose values the rules read: they must be numbers of the right kind and range.
+NUMERIC_ARGS: dict[str, tuple[type, float, float, float]] = {
+    "mem-fraction-static": (float, 0.0, 1.0, 0.88),
+    "moe-dp-size": (int, 1, MAX_WIDTH, 1),
+    "attn-dp-size": (int, 1, MAX_WIDTH, 1),
+    "moe-dense-tp-size": (int, 1, MAX_WIDTH, 1),
+    "nnodes": (int, 1, MAX_WIDTH, 1),
+    "context-length": (int, 1, 100_000_000, 32768),
+    "max-running-requests": (int, 1, 10_000_000, 256),
 }
 
 ArgValue = str | int | float | bool | list | None
-
-
-class DeclarationError(ValueError):
-    """A declaration is malformed: names the field, the value and the fix."""
-
-    def __init__(self, field_path: str, value: Any, problem: str, fix: str) -> None:
-        self.field_path = field_path
-        self.value = value
-        self.problem = problem
-        self.fix = fix
-        super().__init__(f"{field_path} = {value!r}: {problem}. Fix: {fix}")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class Layout:
     args: dict[str, ArgValue] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    hardening: dict[str, str | None] = field(default_factory=dict)
+    notices: tuple[str, ...] = ()  # what parsing changed and says so (a folded description)
 
     @property
     def gpus_used(self) -> int:
@@ -81,53 +84,119 @@ class Layout:
         return default if value is None or value is False else value
 
 
+@dataclass(frozen=True)
+class ServerSettings:
+    """The declaration's server-wide strings and numbers, checked."""
+
+    model_slug: str = "model"
+    model_path: str = "/models/model"
+    port: int = 30000
+    bind_address: str = "127.0.0.1"
+
+
+def server_settings(
+    *, model_slug: Any = "model", model_path: Any = "/models/model", port: Any = 30000, bind_address: Any = "127.0.0.1"
+) -> ServerSettings:
+    """Check what names the units and reaches every command line: slug, model path, port, bind address."""
+    return ServerSettings(
+        model_slug=text.matching(
+            "sglang_model_slug",
+            model_slug,
+            MODEL_SLUG,
+            max_length=32,
+            what="a short name of [a-z0-9-] (it names the units, sglang-<slug>-<layout>.service)",
+            fix="write e.g. k26",
+        ),
+        model_path=text.absolute_path("sglang_model_path", model_path, example="/srv/models/Kimi-K2.6"),
+        port=text.whole_number("sglang_port", port, low=1, high=65535, example=30001),
+        bind_address=text.bind_address("sglang_bind_address", bind_address),
+    )
+
+
 def _positive_int(path: str, value: Any) -> int:
-    # bool is an int subclass in Python: `tp: yes` must not become 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DeclarationError(
-            path, value, "must be a whole number", f"write it as an integer, e.g. {path.rsplit('.', 1)[-1]}: 8"
-        )
-    if value < 1:
-        raise DeclarationError(path, value, "must be at least 1", "use 1 for 'not split'")
-    return value
+    return text.whole_number(path, value, low=1, high=MAX_WIDTH, example=8)
 
 
 def _flag_name(path: str, name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise DeclarationError(path, name, "a flag name must be a non-empty string", "write it like mem-fraction-static")
-    if name.startswith("-"):
-        raise DeclarationError(path, name, "flag names are written without leading dashes", f"write {name.lstrip('-')}")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
-        raise DeclarationError(path, name, "is not a flag name", "use letters, digits, '-' and '_' only")
-    return name
+    if isinstance(name, str) and name.startswith("-"):
+        raise text.refuse(path, name, "flag names are written without leading dashes", f"write {name.lstrip('-')}")
+    return text.matching(
+        path,
+        name,
+        FLAG_NAME,
+        max_length=100,
+        what="a flag name",
+        fix="use letters, digits, '-' and '_' only, e.g. mem-fraction-static",
+    )
 
 
-def _args(path: str, raw: Any, *, reserved_check: bool) -> dict[str, ArgValue]:
+def _word(path: str, value: Any) -> None:
+    """One word of a flag's value: text that cannot be taken for another flag."""
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise text.refuse(path, value, "is not a finite number", "write a number")
+    if isinstance(value, (int, float)):
+        return
+    if not isinstance(value, str):
+        raise text.refuse(path, value, "a flag value must be text, a number or true/false", "quote it as a string")
+    text.plain_text(path, value, fix="write the value on one line")
+    if value.startswith("-") and not NUMBER.fullmatch(value):
+        raise text.refuse(
+            path,
+            value,
+            "starts with '-': argparse would read it as another flag, not as this flag's value",
+            "remove the leading '-' (flags are declared as args keys, never inside values)",
+        )
+
+
+def _value(path: str, name: str, value: Any) -> ArgValue:
+    if isinstance(value, Mapping):
+        raise text.refuse(
+            path,
+            value,
+            "a flag value cannot be a mapping",
+            "use a string (JSON text if the flag takes JSON), a number, true/false or a list",
+        )
+    if isinstance(value, list):
+        if len(value) > MAX_ARGS:
+            raise text.refuse(path, f"{len(value)} items", f"a list value holds at most {MAX_ARGS} items", "shorten it")
+        for index, item in enumerate(value):
+            if isinstance(item, (Mapping, list)) or item is None or isinstance(item, bool):
+                raise text.refuse(f"{path}[{index}]", item, "a list item must be text or a number", "write it as a string")
+            _word(f"{path}[{index}]", item)
+        return value
+    _word(path, value)
+    if name in NUMERIC_ARGS and value is not None and value is not False:
+        kind, low, high, example = NUMERIC_ARGS[name]
+        if kind is int:
+            text.whole_number(path, value, low=int(low), high=int(high), example=int(example), from_text=True)
+        else:
+            text.real_number(path, value, low=low, high=high, example=example, from_text=True)
+    return value
+
+
+def _args(path: str, raw: Any, table: flags.FlagTable | None) -> dict[str, ArgValue]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise DeclarationError(
-            path, raw, "must be a mapping of flag name to value", "write e.g. args: {max-running-requests: 256}"
-        )
+        raise text.refuse(path, raw, "must be a mapping of flag name to value", "write e.g. args: {max-running-requests: 256}")
+    if len(raw) > MAX_ARGS:
+        raise text.refuse(path, f"{len(raw)} flags", f"at most {MAX_ARGS} flags", "remove some")
     result: dict[str, ArgValue] = {}
     for name, value in raw.items():
         flag = _flag_name(f"{path}.{name}", name)
-        if reserved_check and flag in RESERVED_ARGS:
-            owner = RESERVED_ARGS[flag]
-            raise DeclarationError(
+        meaning = reserved.reserved_meaning(flag, table)
+        if meaning is not None:
+            owner = reserved.RESERVED[meaning]
+            spelled = "" if flag == meaning else f" (argparse reads --{flag} as --{meaning})"
+            raise text.refuse(
                 f"{path}.{flag}",
-                value,
-                f"--{flag} is rendered by the project from `{owner}`",
-                f"remove it from args and set `{owner}` instead",
+                "<hidden>" if meaning in reserved.SECRET_FLAGS else value,
+                f"--{meaning} is rendered by the project from `{owner}`{spelled}",
+                f"remove it from args and set `{owner.split(' ')[0]}` instead",
             )
-        if isinstance(value, Mapping):
-            raise DeclarationError(
-                f"{path}.{flag}",
-                value,
-                "a flag value cannot be a mapping",
-                "use a string (JSON text if the flag takes JSON), a number, true/false or a list",
-            )
-        result[flag] = value
+        result[flag] = _value(f"{path}.{flag}", flag, value)
     return result
 
 
@@ -135,21 +204,31 @@ def _env(path: str, raw: Any) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise DeclarationError(path, raw, "must be a mapping of variable name to value", "write e.g. env: {NCCL_ALGO: Ring}")
+        raise text.refuse(path, raw, "must be a mapping of variable name to value", "write e.g. env: {NCCL_ALGO: Ring}")
     result: dict[str, str] = {}
     for name, value in raw.items():
-        if not isinstance(name, str) or not ENV_NAME.match(name):
-            raise DeclarationError(
-                f"{path}.{name}", value, "is not a valid environment variable name", "use [A-Za-z_][A-Za-z0-9_]*"
-            )
+        here = f"{path}.{name}"
+        text.matching(
+            here, name, ENV_NAME, max_length=128, what="a valid environment variable name", fix="use [A-Za-z_][A-Za-z0-9_]*"
+        )
+        if name in CODE_LOADING_ENV:
+            raise text.refuse(here, value, f"{name} loads code into the server", "remove it; install what you need into the venv")
         if isinstance(value, (Mapping, list)) or value is None:
-            raise DeclarationError(f"{path}.{name}", value, "an environment value must be a scalar", "quote it as a string")
+            raise text.refuse(here, value, "an environment value must be a scalar", "quote it as a string")
         if isinstance(value, bool):
-            raise DeclarationError(
-                f"{path}.{name}", value, "YAML turned this into a boolean", f'quote it: {name}: "{str(value).lower()}"'
-            )
-        result[name] = str(value)
+            raise text.refuse(here, value, "YAML turned this into a boolean", f'quote it: {name}: "{str(value).lower()}"')
+        if isinstance(value, float) and not math.isfinite(value):
+            raise text.refuse(here, value, "is not a finite number", "quote it as a string")
+        result[name] = text.plain_text(here, str(value), fix="write the value on one line")
     return result
+
+
+def _description(path: str, raw: Any) -> tuple[str, tuple[str, ...]]:
+    if raw is None:
+        return "", ()
+    description, folded = text.one_line(path, raw)
+    notice = f"{path} was folded to one line (a unit comment holds one line): {description!r}"
+    return description, (notice,) if folded else ()
 
 
 def merge_args(common: Mapping[str, ArgValue], own: Mapping[str, ArgValue]) -> dict[str, ArgValue]:
@@ -165,41 +244,50 @@ def parse_layout(
     *,
     common_args: Mapping[str, ArgValue] | None = None,
     common_env: Mapping[str, str] | None = None,
+    flag_table: flags.FlagTable | None = None,
     path: str = "sglang_layouts",
 ) -> Layout:
-    """Validate one declared layout and merge the common args and env under it."""
-    if not isinstance(name, str) or not LAYOUT_NAME.match(name):
-        raise DeclarationError(
-            f"{path}.{name}",
-            name,
-            "a layout name must match [a-z0-9-]+ (it becomes part of a systemd unit name)",
-            "rename it, e.g. ep8-tuned",
-        )
+    """Validate one declared layout and merge the common args and env under it.
+
+    With the installed SGLang's flag table, arg names are resolved as argparse resolves them
+    before the reserved check; without it, a prefix of a reserved flag is refused too.
+    """
+    text.matching(
+        f"{path}.{name}",
+        name,
+        LAYOUT_NAME,
+        max_length=48,
+        what="a layout name matching [a-z0-9-]+, starting with a letter or digit (it becomes part of a systemd unit name)",
+        fix="rename it, e.g. ep8-tuned",
+    )
     here = f"{path}.{name}"
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise DeclarationError(here, raw, "a layout must be a mapping", "write e.g. {tp: 8, ep: 4}")
-    unknown = sorted(set(raw) - LAYOUT_KEYS)
+        raise text.refuse(here, raw, "a layout must be a mapping", "write e.g. {tp: 8, ep: 4}")
+    unknown = sorted((key for key in raw if key not in LAYOUT_KEYS), key=str)
     if unknown:
-        raise DeclarationError(
+        raise text.refuse(
             f"{here}.{unknown[0]}",
             raw[unknown[0]],
             "is not a layout field",
             f"use only {', '.join(sorted(LAYOUT_KEYS))}; server flags go under args",
         )
     sizes = {key: _positive_int(f"{here}.{key}", raw.get(key, 1)) for key in PARALLEL_KEYS}
-    description = raw.get("description", "")
-    if not isinstance(description, str):
-        raise DeclarationError(f"{here}.description", description, "must be text", "quote it")
+    gpus = sizes["dp"] * sizes["tp"] * sizes["pp"]
+    if gpus > MAX_GPUS:
+        raise text.refuse(here, sizes, f"dp x tp x pp = {gpus} GPUs, more than {MAX_GPUS}", "check the sizes")
+    description, notices = _description(f"{here}.description", raw.get("description"))
     return Layout(
         name=name,
         args=merge_args(
-            _args("sglang_common_args", common_args, reserved_check=True),
-            _args(f"{here}.args", raw.get("args"), reserved_check=True),
+            _args("sglang_common_args", common_args, flag_table),
+            _args(f"{here}.args", raw.get("args"), flag_table),
         ),
         env={**_env("sglang_common_env", common_env), **_env(f"{here}.env", raw.get("env"))},
         description=description,
+        hardening=hardening.parse_overrides(f"{here}.hardening", raw.get("hardening")),
+        notices=notices,
         **sizes,
     )
 
@@ -209,22 +297,26 @@ def parse_layouts(
     *,
     common_args: Mapping[str, ArgValue] | None = None,
     common_env: Mapping[str, str] | None = None,
+    flag_table: flags.FlagTable | None = None,
 ) -> dict[str, Layout]:
     """Validate the whole `sglang_layouts` dict, in declaration order."""
     if not isinstance(raw, Mapping) or not raw:
-        raise DeclarationError(
+        raise text.refuse(
             "sglang_layouts",
             raw,
             "must be a non-empty mapping of layout name to layout",
             "declare at least one layout in group_vars, e.g. sglang_layouts: {tp8: {tp: 8}}",
         )
-    return {name: parse_layout(name, spec, common_args=common_args, common_env=common_env) for name, spec in raw.items()}
+    return {
+        name: parse_layout(name, spec, common_args=common_args, common_env=common_env, flag_table=flag_table)
+        for name, spec in raw.items()
+    }
 
 
 def select_layout(layouts: Mapping[str, Layout], name: Any) -> Layout:
     """The layout the user asked for, or an error listing the declared ones."""
     if name in (None, ""):
         raise DeclarationError("layout", name, "no layout was given", f"pass -e layout=NAME, one of: {', '.join(layouts)}")
-    if name not in layouts:
-        raise DeclarationError("layout", name, "is not declared in sglang_layouts", f"use one of: {', '.join(layouts)}")
+    if not isinstance(name, str) or name not in layouts:
+        raise text.refuse("layout", name, "is not declared in sglang_layouts", f"use one of: {', '.join(layouts)}")
     return layouts[name]

@@ -10,10 +10,13 @@ from typing import Any
 
 import yaml
 
-from sglang_layout import flags
-from sglang_layout.schema import DeclarationError, Layout, parse_layouts
+from sglang_layout import flags, text
+from sglang_layout.errors import DeclarationError
+from sglang_layout.schema import Layout, parse_layouts, server_settings
 
 INDEX_NAME = "model.safetensors.index.json"
+MAX_FILE_BYTES = 64 * 1024 * 1024  # config.json, an index or a flag table: far below this
+SECRET_VARS = ("sglang_api_key", "sglang_admin_api_key", "sglang_ssl_keyfile_password")
 
 
 @dataclass(frozen=True)
@@ -21,46 +24,108 @@ class Declaration:
     """The project's group_vars as far as preflight reads them."""
 
     layouts: dict[str, Layout]
+    model_slug: str
     model_path: str
     port: int
     bind_address: str
     gpu_count: int | None
     gpu_memory_gib: float | None
+    api_key_set: bool = False
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping (plain YAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: let the base class say so
+                duplicate = False
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"found the key {key!r} twice", key_node.start_mark
+                )
+            seen[key] = True
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_yaml_vars(paths: Sequence[Path]) -> dict[str, Any]:
     """Merge YAML variable files in order, like Ansible does for group_vars (later wins)."""
     merged: dict[str, Any] = {}
     for path in paths:
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.load(_read_text(path, "--group-vars"), Loader=_UniqueKeyLoader) or {}
+        except yaml.YAMLError as exc:
+            raise DeclarationError(
+                str(path), "(file)", f"is not valid YAML: {' '.join(str(exc).split())}", "fix the YAML"
+            ) from exc
         if not isinstance(data, Mapping):
             raise DeclarationError(str(path), type(data).__name__, "a vars file must hold a mapping", "check the YAML")
         merged.update(data)
     return merged
 
 
-def declaration_from_vars(variables: Mapping[str, Any]) -> Declaration:
+def gpu_count(field_path: str, value: Any, *, from_text: bool = False) -> int | None:
+    if value in (None, ""):
+        return None
+    return text.whole_number(field_path, value, low=1, high=4096, example=8, from_text=from_text)
+
+
+def gpu_memory_gib(field_path: str, value: Any, *, from_text: bool = False) -> float | None:
+    if value in (None, ""):
+        return None
+    return text.real_number(field_path, value, low=0.0, high=16384.0, example=94.97, from_text=from_text)
+
+
+def declaration_from_vars(variables: Mapping[str, Any], flag_table: flags.FlagTable | None = None) -> Declaration:
+    settings = server_settings(
+        model_slug=variables.get("sglang_model_slug", "model"),
+        model_path=variables.get("sglang_model_path", "/models/model"),
+        port=variables.get("sglang_port", 30000),
+        bind_address=variables.get("sglang_bind_address", "127.0.0.1"),
+    )
     layouts = parse_layouts(
         variables.get("sglang_layouts"),
         common_args=variables.get("sglang_common_args"),
         common_env=variables.get("sglang_common_env"),
+        flag_table=flag_table,
     )
     return Declaration(
         layouts=layouts,
-        model_path=str(variables.get("sglang_model_path", "/models/model")),
-        port=int(variables.get("sglang_port", 30000)),
-        bind_address=str(variables.get("sglang_bind_address", "0.0.0.0")),
-        gpu_count=variables.get("sglang_gpu_count"),
-        gpu_memory_gib=variables.get("sglang_gpu_memory_gib"),
+        model_slug=settings.model_slug,
+        model_path=settings.model_path,
+        port=settings.port,
+        bind_address=settings.bind_address,
+        gpu_count=gpu_count("sglang_gpu_count", variables.get("sglang_gpu_count")),
+        gpu_memory_gib=gpu_memory_gib("sglang_gpu_memory_gib", variables.get("sglang_gpu_memory_gib")),
+        api_key_set=bool(variables.get("sglang_api_key")),
     )
+
+
+def _read_text(path: Path, what: str) -> str:
+    """A file's text, or DeclarationError naming the file and what is wrong with it."""
+    fix = "give the path of an existing, readable file"
+    try:
+        if path.is_dir():
+            raise DeclarationError(what, str(path), "is a directory", fix)
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise DeclarationError(what, str(path), f"is larger than {MAX_FILE_BYTES // 2**20} MiB", "check the file")
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise DeclarationError(what, str(path), "file not found", fix) from exc
+    except UnicodeDecodeError as exc:
+        raise DeclarationError(what, str(path), "is not UTF-8 text", "check the file") from exc
+    except OSError as exc:
+        raise DeclarationError(what, str(path), f"cannot be read ({exc.strerror or exc})", fix) from exc
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise DeclarationError(what, str(path), "file not found", "give the path of an existing file") from exc
-    except json.JSONDecodeError as exc:
+        data = json.loads(_read_text(path, what))
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise DeclarationError(what, str(path), f"is not valid JSON ({exc})", "check the file") from exc
     if not isinstance(data, dict):
         raise DeclarationError(what, str(path), "must hold a JSON object", "check the file")
@@ -71,14 +136,19 @@ def read_model(config_path: Path) -> tuple[dict[str, Any], dict[str, Any] | None
     """config.json and, when it sits beside it, model.safetensors.index.json."""
     config = read_json(config_path, "model_config_path")
     index_path = config_path.parent / INDEX_NAME
-    index = read_json(index_path, "model index") if index_path.exists() else None
+    index = read_json(index_path, "model index") if index_path.is_file() else None
     return config, index
 
 
 def read_flag_table(path: Path) -> flags.FlagTable:
+    return flag_table_from_text(_read_text(path, "flag_table_path"), str(path))
+
+
+def flag_table_from_text(raw: str, source: str = "flag table", version: str = "unknown") -> flags.FlagTable:
+    """A flag table from its JSON form or --help text, or DeclarationError saying what is wrong."""
     try:
-        return flags.load_table(path.read_text())
-    except FileNotFoundError as exc:
-        raise DeclarationError("flag_table_path", str(path), "file not found", "give a saved flag table or --help text") from exc
-    except ValueError as exc:
-        raise DeclarationError("flag_table_path", str(path), str(exc), "give a saved flag table (JSON) or --help text") from exc
+        return flags.load_table(raw, version)
+    except (ValueError, RecursionError) as exc:
+        raise DeclarationError(
+            "flag_table_path", source, str(exc)[:300], "give a saved flag table (JSON) or --help text"
+        ) from exc

@@ -6,10 +6,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sglang_layout import command
+from sglang_layout import command, hardening, text
 from sglang_layout.schema import Layout
 
 _NEEDS_QUOTES = re.compile(r"""[\s"'\\;]""")
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def unit_name(model_slug: str, layout_name: str) -> str:
@@ -18,6 +19,8 @@ def unit_name(model_slug: str, layout_name: str) -> str:
 
 def systemd_word(word: str) -> str:
     """One ExecStart/Environment word as systemd reads it back: % and $ doubled, quoted when needed."""
+    if word == command.SECRETS_FILE_IN_UNIT:
+        return word  # the one specifier we mean: %d, the unit's credentials directory
     escaped = word.replace("%", "%%").replace("$", "$$")
     if escaped and not _NEEDS_QUOTES.search(escaped):
         return escaped
@@ -39,6 +42,8 @@ class UnitSpec:
     description: str
     argv: list[str]
     environment: dict[str, str]
+    hardening: dict[str, hardening.HardeningValue]
+    secrets_source: str | None = None  # the root-only file systemd hands over as a credential
 
     @property
     def exec_start(self) -> str:
@@ -50,10 +55,17 @@ class UnitSpec:
             "layout": self.layout,
             "description": self.description,
             "argv": self.argv,
-            "command": command.shell_line(self.argv),
+            "command": command.shell_line(
+                [
+                    word.replace("%d/", "$CREDENTIALS_DIRECTORY/") if word == command.SECRETS_FILE_IN_UNIT else word
+                    for word in self.argv
+                ]
+            ),
             "exec_start": self.exec_start,
             "environment": self.environment,
             "environment_lines": [systemd_assignment(key, value) for key, value in self.environment.items()],
+            "hardening_lines": hardening.unit_lines(self.hardening),
+            "credential_line": f"{command.SECRETS_CREDENTIAL}:{self.secrets_source}" if self.secrets_source else "",
         }
 
 
@@ -68,9 +80,30 @@ def unit_spec(
     python_version: str,
     cuda_home: str,
     base_env: Mapping[str, str] | None = None,
+    state_dir: str = "/var/lib/sglang",
+    hardening_overrides: Mapping[str, hardening.HardeningValue | None] | None = None,
+    secrets_source: str | None = None,
 ) -> UnitSpec:
-    """The unit for one layout: the field notes' command and environment, from the one renderer."""
-    args = command.server_args(layout, model_path=model_path, port=port, host=host)
+    """The unit for one layout: the field notes' command and environment, from the one renderer.
+
+    The paths that come from the host's install record are checked like the declaration's.
+    """
+    venv = text.absolute_path("venv", venv, example="/opt/sglang/venv-0.5.23")
+    cuda_home = text.absolute_path("cuda_home", cuda_home, example="/usr/local/cuda-13.0")
+    state_dir = text.absolute_path("state_dir", state_dir, example="/var/lib/sglang")
+    if secrets_source is not None:
+        secrets_source = text.absolute_path("sglang_service_secrets_dir", secrets_source, example="/etc/sglang/secrets/k26.yaml")
+    if not python_version or not all(part.isdigit() for part in python_version.split(".")):
+        raise text.refuse("python_version", python_version, "is not a Python version", "re-run playbooks/provision.yml")
+    args = command.server_args(
+        layout, model_path=model_path, port=port, host=host, secrets_file=command.SECRETS_FILE_IN_UNIT if secrets_source else None
+    )
+    base_env = {
+        text.matching(
+            f"install environment {key}", key, ENV_KEY, max_length=128, what="a variable name", fix="re-run provision"
+        ): (text.plain_text(f"install environment {key}", value))
+        for key, value in (base_env or {}).items()
+    }
     environment = command.service_environment(
         layout, venv=venv, cuda_home=cuda_home, python_version=python_version, base_env=base_env
     )
@@ -80,4 +113,6 @@ def unit_spec(
         description=layout.description,
         argv=command.launch_command(f"{venv}/bin/python", args),
         environment=environment,
+        hardening=hardening.merged(state_dir, hardening_overrides or {}, layout.hardening),
+        secrets_source=secrets_source,
     )

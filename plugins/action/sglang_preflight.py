@@ -18,9 +18,12 @@ except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sglang_layout import flags, report
+from sglang_layout.command import SECRETS_FILE_IN_UNIT
+from sglang_layout.hardening import parse_overrides
+from sglang_layout.model_size import ModelConfigError
 from sglang_layout.preflight import Facts, check_all
-from sglang_layout.schema import DeclarationError, parse_layouts, select_layout
-from sglang_layout.sources import read_flag_table, read_model
+from sglang_layout.schema import DeclarationError, parse_layouts, select_layout, server_settings
+from sglang_layout.sources import flag_table_from_text, gpu_count, gpu_memory_gib, read_flag_table, read_model
 from sglang_layout.unit import unit_spec
 
 ARGUMENT_SPEC = {
@@ -35,32 +38,29 @@ ARGUMENT_SPEC = {
     "model_config_path": {"type": "path"},
     "flag_table": {"type": "raw"},
     "flag_table_path": {"type": "path"},
-    "model_path": {"type": "str", "default": "/models/model"},
-    "port": {"type": "int", "default": 30000},
-    "bind_address": {"type": "str", "default": "0.0.0.0"},
+    "model_path": {"type": "raw", "default": "/models/model"},
+    "port": {"type": "raw", "default": 30000},
+    "bind_address": {"type": "raw", "default": "127.0.0.1"},
+    # Whether sglang_api_key is set (the key itself never reaches this plugin).
+    "api_key_set": {"type": "bool", "default": False},
     # Refuse a failing layout (true) or only report it (false: the user switched preflight off).
     "enforce": {"type": "bool", "default": True},
-    # With these, the chosen layout's unit (name, ExecStart, environment) is rendered too.
-    "model_slug": {"type": "str"},
+    # With these, the chosen layout's unit (name, ExecStart, environment, sandbox) is rendered too.
+    "model_slug": {"type": "raw", "default": "model"},
     "venv": {"type": "str"},
     "python_version": {"type": "str"},
     "cuda_home": {"type": "str"},
     "base_env": {"type": "dict", "default": {}},
+    "state_dir": {"type": "str", "default": "/var/lib/sglang"},
+    "hardening": {"type": "dict", "default": {}},
+    # The root-only secrets file on the host, when there are secrets (handed to the unit as a credential).
+    "secrets_source": {"type": "str"},
 }
 
 
-def _number(name: str, value: object, kind: type) -> int | float | None:
-    if value in (None, ""):
-        return None
-    try:
-        number = kind(value)
-    except (TypeError, ValueError) as exc:
-        raise DeclarationError(
-            name, value, f"must be a {'whole ' if kind is int else ''}number", f"pass e.g. -e {name}=8"
-        ) from exc
-    if number <= 0:
-        raise DeclarationError(name, value, "must be positive", f"pass e.g. -e {name}=8")
-    return number
+def _port(value: object) -> object:
+    """-e and templated values arrive as text: a port of digits is a port."""
+    return int(value) if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 6 else value
 
 
 class ActionModule(ActionBase):
@@ -71,31 +71,42 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         try:
-            layouts = parse_layouts(args["layouts"], common_args=args["common_args"], common_env=args["common_env"])
-            chosen = select_layout(layouts, args["layout"]) if args["layout"] is not None else None
-            config, index = args["model_config"], args["model_index"]
-            if args["model_config_path"]:
-                config, index = read_model(Path(args["model_config_path"]))
+            settings = server_settings(
+                model_slug=args["model_slug"],
+                model_path=args["model_path"],
+                port=_port(args["port"]),
+                bind_address=args["bind_address"],
+            )
             table = None
             if args["flag_table_path"]:
                 table = read_flag_table(Path(args["flag_table_path"]))
             elif isinstance(args["flag_table"], dict):
                 table = flags.table_from_json(args["flag_table"])
             elif isinstance(args["flag_table"], str) and args["flag_table"]:
-                table = flags.load_table(args["flag_table"])
+                table = flag_table_from_text(args["flag_table"], "the host's recorded flag table")
+            layouts = parse_layouts(
+                args["layouts"], common_args=args["common_args"], common_env=args["common_env"], flag_table=table
+            )
+            hardening = parse_overrides("sglang_service_hardening", args["hardening"])
+            chosen = select_layout(layouts, args["layout"]) if args["layout"] is not None else None
+            config, index = args["model_config"], args["model_index"]
+            if args["model_config_path"]:
+                config, index = read_model(Path(args["model_config_path"]))
             facts = Facts(
-                gpu_count=_number("gpu_count", args["gpu_count"], int),
-                gpu_memory_gib=_number("gpu_memory_gib", args["gpu_memory_gib"], float),
+                gpu_count=gpu_count("gpu_count", args["gpu_count"], from_text=True),
+                gpu_memory_gib=gpu_memory_gib("gpu_memory_gib", args["gpu_memory_gib"], from_text=True),
                 model_config=config,
                 model_index=index,
                 flag_table=table,
-                model_path=args["model_path"],
-                port=args["port"],
-                host=args["bind_address"],
+                model_path=settings.model_path,
+                port=settings.port,
+                host=settings.bind_address,
+                api_key_set=args["api_key_set"],
+                secrets_file=SECRETS_FILE_IN_UNIT if args["secrets_source"] else None,
             )
-        except (DeclarationError, ValueError) as exc:
+            verdicts = check_all(layouts, facts)
+        except (DeclarationError, ModelConfigError, ValueError) as exc:
             raise AnsibleActionFail(f"preflight input: {exc}") from exc
-        verdicts = check_all(layouts, facts)
         result.update(
             changed=False,
             table=report.format_table(verdicts).splitlines(),
@@ -106,24 +117,30 @@ class ActionModule(ActionBase):
             return result
         verdict = next(v for v in verdicts if v.layout.name == chosen.name)
         result["verdict"] = verdict.to_dict()
-        if args["venv"]:
-            result["unit"] = unit_spec(
-                chosen,
-                model_slug=args["model_slug"] or "model",
-                model_path=facts.model_path,
-                port=facts.port,
-                host=facts.host,
-                venv=args["venv"],
-                python_version=args["python_version"] or "3",
-                cuda_home=args["cuda_home"] or "/usr/local/cuda",
-                base_env={str(k): str(v) for k, v in args["base_env"].items()},
-            ).to_dict()
         if not verdict.ok:
             refusal = f"preflight refused layout {chosen.name}: " + "; ".join(f.text() for f in verdict.errors)
             if args["enforce"]:
                 result["failed"] = True
                 result["msg"] = refusal
-            else:
-                self._display.warning(f"{refusal} -- going on because preflight is switched off")
-                result["overridden"] = refusal
+                return result  # nothing is rendered for a refused layout
+            self._display.warning(f"{refusal} -- going on because preflight is switched off")
+            result["overridden"] = refusal
+        if args["venv"]:
+            try:
+                result["unit"] = unit_spec(
+                    chosen,
+                    model_slug=settings.model_slug,
+                    model_path=facts.model_path,
+                    port=facts.port,
+                    host=facts.host,
+                    venv=args["venv"],
+                    python_version=args["python_version"] or "3",
+                    cuda_home=args["cuda_home"] or "/usr/local/cuda",
+                    base_env={str(k): str(v) for k, v in args["base_env"].items()},
+                    state_dir=args["state_dir"],
+                    hardening_overrides=hardening,
+                    secrets_source=args["secrets_source"] or None,
+                ).to_dict()
+            except DeclarationError as exc:
+                raise AnsibleActionFail(f"preflight input: {exc}") from exc
         return result

@@ -1,0 +1,63 @@
+"""Flags the project renders itself, and what argparse would make of a declared flag name.
+
+SGLang's launcher is argparse with abbreviations on: `--hos` is `--host` and `--tp`
+is `--tp-size`. A declared arg is therefore resolved the way argparse resolves
+it (exact name, alias or unique prefix) before it is compared with the reserved
+flags; otherwise `args: {hos: 0.0.0.0}` would quietly open the server to the
+network.
+"""
+
+from __future__ import annotations
+
+from sglang_layout import flags
+
+# Canonical reserved flag -> the declaration field that renders it.
+RESERVED = {
+    "tp-size": "tp",
+    "ep-size": "ep",
+    "pp-size": "pp",
+    "dp-size": "dp",
+    "model-path": "sglang_model_path",
+    "port": "sglang_port",
+    "host": "sglang_bind_address",
+    "api-key": "sglang_api_key (keep it in Ansible Vault)",
+    "admin-api-key": "sglang_admin_api_key (keep it in Ansible Vault)",
+    "ssl-keyfile-password": "sglang_ssl_keyfile_password (keep it in Ansible Vault)",
+    "config": "the project (it passes the secrets file with --config)",
+}
+# Every spelling SGLang 0.5.23 accepts for them (aliases), to their canonical name.
+SPELLINGS = {
+    **{name: name for name in RESERVED},
+    "tensor-parallel-size": "tp-size",
+    "expert-parallel-size": "ep-size",
+    "ep": "ep-size",
+    "pipeline-parallel-size": "pp-size",
+    "data-parallel-size": "dp-size",
+    "model": "model-path",
+}
+# Real 0.5.23 flags that are also prefixes of a reserved spelling: argparse takes an exact name first.
+NOT_ABBREVIATIONS = frozenset({"ssl-keyfile"})
+# The flags whose values are secrets: never on a command line, in a unit, an output or a result.
+SECRET_FLAGS = ("api-key", "admin-api-key", "ssl-keyfile-password")
+
+
+def reserved_meaning(name: str, table: flags.FlagTable | None = None) -> str | None:
+    """The reserved flag that `--name` reaches in argparse, or None.
+
+    With the installed SGLang's flag table this is exact (aliases and unique prefixes as argparse
+    resolves them). Without it, any prefix of a reserved spelling counts: it might be one.
+    """
+    if table is not None:
+        spec, _ = flags.resolve(table, f"--{name}")
+        if spec is None:
+            return SPELLINGS.get(name)  # unknown or ambiguous: argparse refuses it; the flag check says so
+        for spelling in spec.names:
+            canonical = SPELLINGS.get(spelling.removeprefix("--"))
+            if canonical:
+                return canonical
+        return None
+    if name in SPELLINGS:
+        return SPELLINGS[name]
+    if name in NOT_ABBREVIATIONS:
+        return None
+    return next((canonical for spelling, canonical in SPELLINGS.items() if spelling.startswith(name)), None)
