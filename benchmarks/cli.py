@@ -6,6 +6,7 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,28 @@ from benchmarks.sweep import REPO, EndpointError, Workload, check_url, probe, ru
 DEFAULT_LEVELS = "1,2,4,8,16,32,64,128,256"
 
 
+def _bounded(low: int, high: int, *, kind: type = int) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` within [low, high], or a message naming the bounds."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from exc
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be from {low} to {high}")
+        return value
+
+    return parse
+
+
 def _levels(text: str) -> list[int]:
     try:
         levels = [int(part) for part in text.split(",") if part.strip()]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"--levels {text!r}: give whole numbers separated by commas, e.g. 1,16,64") from exc
-    if not levels or any(level < 1 for level in levels):
-        raise argparse.ArgumentTypeError(f"--levels {text!r}: every concurrency must be 1 or more")
+    if not levels or any(not 1 <= level <= 100_000 for level in levels):
+        raise argparse.ArgumentTypeError(f"--levels {text!r}: every concurrency must be from 1 to 100000")
     return levels
 
 
@@ -37,18 +53,33 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--levels", type=_levels, default=_levels(DEFAULT_LEVELS), help=f"concurrencies (default {DEFAULT_LEVELS})")
     run.add_argument("--endpoint", choices=["chat", "generate"], default="chat")
     run.add_argument("--model", default="default", help="model name sent to the OpenAI endpoint")
-    run.add_argument("--input-tokens", type=int, default=128)
-    run.add_argument("--output-tokens", type=int, default=256)
-    run.add_argument("--rounds", type=int, default=4, help="measured requests per level = max(--min-requests, rounds x C)")
-    run.add_argument("--min-requests", type=int, default=16)
-    run.add_argument("--warmup", type=int, default=-1, help="requests excluded first (default: one per user)")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--vocab-size", type=int, default=32000,
-                     help="--endpoint generate: prompt token ids are drawn below this; set the model's vocab_size")  # fmt: skip
-    run.add_argument("--level-timeout", type=int, default=600, help="seconds a level may run at most")
-    run.add_argument("--processes", type=int, default=1, help="load-generator processes (Locust --processes)")
-    run.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between /metrics samples (0: off)")
-    run.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY", ""), help="default: $SGLANG_API_KEY")
+    run.add_argument("--input-tokens", type=_bounded(1, 1_000_000), default=128)
+    run.add_argument("--output-tokens", type=_bounded(1, 1_000_000), default=256)
+    run.add_argument(
+        "--rounds", type=_bounded(1, 10_000), default=4, help="measured requests per level = max(--min-requests, rounds x C)"
+    )
+    run.add_argument("--min-requests", type=_bounded(1, 1_000_000), default=16)
+    run.add_argument(
+        "--warmup", type=_bounded(-1, 1_000_000), default=-1, help="requests excluded first (default -1: one per user)"
+    )
+    run.add_argument("--seed", type=_bounded(0, 2**31 - 1), default=0)
+    run.add_argument(
+        "--vocab-size",
+        type=_bounded(32, 100_000_000),
+        default=32000,
+        help="--endpoint generate: prompt token ids are drawn below this; set the model's vocab_size",
+    )
+    run.add_argument("--level-timeout", type=_bounded(1, 86_400), default=600, help="seconds a level may run at most")
+    run.add_argument("--processes", type=_bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
+    run.add_argument(
+        "--metrics-interval", type=_bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
+    )
+    run.add_argument(
+        "--api-key",
+        default="",
+        help="the server's API key; prefer $SGLANG_API_KEY or --api-key-file, which keep it off this process's command line",
+    )
+    run.add_argument("--api-key-file", type=Path, help="a file holding the server's API key")
     run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
     run.add_argument("--results-dir", type=Path, default=REPO / "results")
     sub.add_parser("harness", help="benchmark the load generator itself (tokens per CPU-second, fidelity)", add_help=False)
@@ -65,6 +96,18 @@ def project_commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
+def api_key(args: argparse.Namespace) -> str:
+    """The key from --api-key, --api-key-file or $SGLANG_API_KEY (in that order)."""
+    if args.api_key:
+        return args.api_key
+    if args.api_key_file:
+        try:
+            return args.api_key_file.read_text().strip()
+        except OSError as exc:
+            raise EndpointError(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from exc
+    return os.environ.get("SGLANG_API_KEY", "")
+
+
 def command_run(args: argparse.Namespace) -> int:
     workload = Workload(levels=args.levels, endpoint=args.endpoint, model=args.model, input_tokens=args.input_tokens,
                         output_tokens=args.output_tokens, seed=args.seed, vocab_size=args.vocab_size, warmup=args.warmup,
@@ -76,18 +119,19 @@ def command_run(args: argparse.Namespace) -> int:
                               "server_host": args.server_host or ""}  # fmt: skip
     host, layout = args.server_host or "", args.layout
     try:
+        key = api_key(args)
         if args.url:
             url = check_url(args.url)
             host = host or (url.split("//", 1)[1].replace(":", "_"))
-            info = probe(url, args.api_key)
+            info = probe(url, key)
             record["server"] = {"url": url, "sglang_version": info.get("version"), "server_args": info}
             layout = layout or _layout_from_info(info)
             print(f"benchmarking {url} ({layout}), levels {','.join(map(str, args.levels))}", flush=True)
-            sweep = run_sweep(workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=args.api_key)
+            sweep = run_sweep(workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
         else:
             print(f"benchmarking the active layout of {args.server_host}, levels {','.join(map(str, args.levels))}", flush=True)
             sweep = run_sweep(workload, server_host=args.server_host, inventory=args.inventory, loadgen=args.loadgen,
-                              api_key=args.api_key)  # fmt: skip
+                              api_key=key)  # fmt: skip
             record["server"] = sweep.server
             layout = layout or sweep.server.get("layout", "")
     except EndpointError as exc:

@@ -32,10 +32,17 @@ def summarize_run(path: Path, run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def latest_per_layout(runs: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any]]:
+def latest_per_layout(
+    runs: list[tuple[Path, dict[str, Any]]], skipped: list[tuple[Path, str]] | None = None
+) -> list[dict[str, Any]]:
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for path, run in runs:  # oldest first, so later runs replace earlier ones
-        row = summarize_run(path, run)
+        try:
+            row = summarize_run(path, run)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if skipped is not None:
+                skipped.append((path, f"a run record without the expected figures ({type(exc).__name__}: {exc})"))
+            continue
         latest[(row["host"], row["layout"])] = row
     return sorted(latest.values(), key=lambda row: -(row["peak_tok_s"] or 0))
 
@@ -92,15 +99,18 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def command_compare(paths: list[Path], *, markdown_path: Path | None = None, plot_path: Path | None = None) -> int:
+    skipped: list[tuple[Path, str]] = []
     try:
-        runs = results.load_records(paths)
+        runs = results.load_records(paths, skipped)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if not runs:
+    rows = latest_per_layout(runs, skipped)
+    for path, why in skipped:
+        print(f"skipped {path}: {why}", file=sys.stderr)
+    if not rows:
         print(f"no benchmark runs under {', '.join(map(str, paths))}: run `python -m benchmarks run` first", file=sys.stderr)
         return 2
-    rows = latest_per_layout(runs)
     print(table(rows))
     if markdown_path:
         markdown_path.write_text(markdown(rows))

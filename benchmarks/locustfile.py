@@ -49,6 +49,7 @@ def _options(parser: Any) -> None:
     group.add_argument("--bench-requests", type=int, default=32, help="measured requests")
     group.add_argument("--bench-records", default="records.jsonl", help="where the per-request records go")
     group.add_argument("--bench-api-key", default="", env_var="BENCH_API_KEY", help="bearer token when the server has --api-key")
+    group.add_argument("--bench-api-key-file", default="", help="read the bearer token from this file (kept off command lines)")
     group.add_argument("--bench-metrics-interval", type=float, default=1.0, help="seconds between /metrics samples; 0: off")
 
 
@@ -152,8 +153,12 @@ class StreamingUser(FastHttpUser):
     def on_start(self) -> None:
         options = self.environment.parsed_options
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
-        if options.bench_api_key:
-            self.headers["Authorization"] = f"Bearer {options.bench_api_key}"
+        key = options.bench_api_key
+        if options.bench_api_key_file:
+            with open(options.bench_api_key_file) as handle:
+                key = handle.read().strip()
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
 
     @task
     def generate(self) -> None:

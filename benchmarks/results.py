@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -11,12 +12,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sglang_layout import secrets
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_NAME = 80  # well under every file system's 255-byte limit, with room for the stamp
 
 
 def safe_name(text: str) -> str:
-    """A path component from a host or layout name (no separators, never empty)."""
-    return _UNSAFE.sub("_", text).strip("._") or "unknown"
+    """A path component from a host or layout name (no separators, never empty, bounded; long ones keep a hash)."""
+    name = _UNSAFE.sub("_", text).strip("._") or "unknown"
+    if len(name) > MAX_NAME:
+        name = f"{name[: MAX_NAME - 13]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    return name
 
 
 def utc_stamp(moment: datetime | None = None) -> str:
@@ -24,12 +31,17 @@ def utc_stamp(moment: datetime | None = None) -> str:
 
 
 def save_record(record: dict[str, Any], results_dir: Path, host: str, layout: str, stamp: str | None = None) -> Path:
-    """Write the record; a name already taken gets -1, -2, ... (os.link refuses to replace a file)."""
+    """Write the record (secrets redacted); a name already taken gets -1, -2, ...
+
+    The final name is claimed with an exclusive create, then the complete file is renamed over
+    that claim: nothing is ever overwritten, a reader never sees half a record, and it works where
+    hard links do not (vfat, some FUSE mounts).
+    """
     folder = results_dir / safe_name(host) / safe_name(layout)
     folder.mkdir(parents=True, exist_ok=True)
     stamp = stamp or utc_stamp()
     with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".partial-", suffix=".json", delete=False) as handle:
-        json.dump(record, handle, indent=2, sort_keys=True)
+        json.dump(secrets.redact(record), handle, indent=2, sort_keys=True)
         handle.write("\n")
         handle.flush()
         os.fsync(handle.fileno())
@@ -38,17 +50,21 @@ def save_record(record: dict[str, Any], results_dir: Path, host: str, layout: st
         for attempt in range(1000):
             final = folder / (f"{stamp}.json" if attempt == 0 else f"{stamp}-{attempt}.json")
             try:
-                os.link(partial, final)
-                return final
+                os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             except FileExistsError:
                 continue
+            os.replace(partial, final)
+            return final
         raise FileExistsError(f"no free name for {stamp} in {folder}")
     finally:
-        partial.unlink()
+        partial.unlink(missing_ok=True)
 
 
-def load_records(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
-    """Run records from files and directories (searched recursively), oldest first."""
+def load_records(paths: Iterable[Path], skipped: list[tuple[Path, str]] | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """Run records from files and directories (searched recursively), oldest first.
+
+    A file that cannot be read as a run record is left out and named in `skipped` (path, why).
+    """
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -59,7 +75,14 @@ def load_records(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
             raise FileNotFoundError(f"no results at {path}")
     loaded = []
     for path in sorted(found):
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if skipped is not None:
+                skipped.append((path, f"not readable as JSON ({exc})"))
+            continue
         if isinstance(data, dict) and data.get("kind") == "sglang-benchmark-run":
             loaded.append((path, data))
+        elif skipped is not None:
+            skipped.append((path, "not a benchmark run record"))
     return loaded

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import secrets
 import shutil
 import signal
 import sys
@@ -15,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from benchmarks.metrics import level_metrics, window
 from benchmarks.records import RequestRecord
@@ -66,15 +71,27 @@ class SweepResult:
     error: str = ""
 
 
+HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
+
+
 def check_url(url: str) -> str:
-    """A base URL we can benchmark, or EndpointError naming the problem."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise EndpointError(f"endpoint URL {url!r} is malformed: give it as http://HOST:PORT (e.g. http://10.0.0.5:30001)")
+    """A base URL we can benchmark, or EndpointError naming the problem (a password in it is never echoed)."""
+    malformed = "give it as http://HOST:PORT (e.g. http://10.0.0.5:30001)"
+    if not isinstance(url, str) or len(url) > 2048 or any(ord(char) < 0x21 or ord(char) == 0x7F for char in url):
+        raise EndpointError(f"endpoint URL {url[:80]!r} is malformed (spaces or control characters): {malformed}")
     try:
-        parsed.port  # noqa: B018  (raises on a port that is not a number)
+        parsed = urllib.parse.urlsplit(url)
+        port = parsed.port  # raises on a port that is not a number or out of range
     except ValueError as exc:
-        raise EndpointError(f"endpoint URL {url!r} has an invalid port: {exc}") from exc
+        raise EndpointError(f"endpoint URL {url[:80]!r} is malformed ({exc}): {malformed}") from exc
+    if "@" in parsed.netloc:
+        raise EndpointError(
+            "endpoint URL holds a user or password (user:password@): give the API key in $SGLANG_API_KEY or "
+            "--api-key-file instead, so it stays out of folder names and records"
+        )
+    host = parsed.netloc.rsplit(":", 1)[0] if port is not None else parsed.netloc
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not HOST_NAME.fullmatch(host):
+        raise EndpointError(f"endpoint URL {url[:80]!r} is malformed: {malformed}")
     return f"{parsed.scheme}://{parsed.netloc}"
 
 
@@ -155,16 +172,19 @@ def run_sweep(
     private = Path(tempfile.mkdtemp(prefix="sglang-bench-runner-"))
     output_dir = private / "artifacts" / "records"
     output_dir.mkdir(parents=True)
+    work_dir = f"/tmp/sglang-bench-{secrets.token_hex(8)}"  # on the load generator; removed here if interrupted
     extravars = {**workload.extravars(), "bench_output_dir": str(output_dir), "bench_loadgen": loadgen,
                  "bench_locust": str(Path(sys.executable).parent / "locust"), "bench_locustfile": str(LOCUSTFILE),
-                 "bench_api_key": api_key}  # fmt: skip
+                 "bench_api_key": api_key, "bench_work_dir": work_dir}  # fmt: skip
     if url:
         extravars["bench_url"] = url
     if server_host:
         extravars["bench_server_host"] = server_host
+    vars_file = unsafe_vars_file(private / "bench-vars.yml", extravars)
     interrupted = {"flag": False}
     pending = list(workload.levels)
     started: dict[str, float] = {}
+    finished: set[str] = set()  # levels whose Locust run ended (their records are complete)
 
     def on_event(event: dict[str, Any]) -> bool:
         data = event.get("event_data", {})
@@ -179,23 +199,32 @@ def run_sweep(
             level = data.get("res", {}).get("invocation", {}).get("module_args", {}).get("argv", [])
             users = next((a.split("=", 1)[1] for a in level if a.startswith("--users=")), "?")
             rc = data.get("res", {}).get("rc")
+            finished.add(users)
             progress(f"  C={users}: locust finished in {time.monotonic() - started.get('t', time.monotonic()):.1f} s (rc {rc})")
         return True
 
     def on_interrupt(signum: int, frame: object) -> None:
+        if interrupted["flag"]:
+            return
         interrupted["flag"] = True
-        progress("  interrupted: stopping after the level in progress is cut off; levels done are kept")
+        progress("  interrupted: stopping the level in progress (and everything it started); levels done are kept")
+        stop_process_tree()
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         runner = ansible_runner.run(
             private_data_dir=str(private), project_dir=str(REPO), playbook=str(PLAYBOOK),
-            inventory=str(inventory) if inventory else None, extravars=extravars, quiet=True,
+            inventory=str(inventory) if inventory else None, cmdline=f"-e @{vars_file}", quiet=True,
             envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
             event_handler=on_event, cancel_callback=lambda: interrupted["flag"],
         )  # fmt: skip
     finally:
         signal.signal(signal.SIGINT, previous)
+        if interrupted["flag"]:
+            stop_process_tree()  # anything started between the signal and the runner's return
+            if loadgen in ("localhost", "127.0.0.1"):
+                _keep_finished_levels(Path(work_dir), output_dir, finished)
+                shutil.rmtree(work_dir, ignore_errors=True)
     stats = _artifact_data(runner)
     levels_run = stats.get("bench_levels_run", {})
     server = stats.get("bench_server", {})
@@ -219,6 +248,64 @@ def run_sweep(
     error = "" if status in ("complete", "interrupted") else _failure_reason(runner, levels)
     shutil.rmtree(private, ignore_errors=True)
     return SweepResult(status=status, levels=levels, server=server, error=error)
+
+
+def _keep_finished_levels(work_dir: Path, output_dir: Path, finished: set[str]) -> None:
+    """Bring back the records of levels that ended before an interrupt but were not fetched yet."""
+    for users in finished:
+        source, target = work_dir / f"level-{users}.jsonl", output_dir / f"level-{users}.jsonl"
+        if source.is_file() and not target.exists():
+            shutil.copyfile(source, target)
+
+
+def unsafe_vars_file(path: Path, variables: dict[str, Any]) -> Path:
+    """The playbook's variables as YAML with every string tagged !unsafe: Ansible never templates them.
+
+    A model name or key such as `k{{ 6*7 }}` (or a `lookup('pipe', ...)`) reaches Locust as written.
+    """
+
+    class Unsafe(str):
+        pass
+
+    class UnsafeDumper(yaml.SafeDumper):
+        pass
+
+    def mark(value: Any) -> Any:
+        # Values only: Ansible looks keys up by plain strings. `!unsafe ''` reads as null, and '' holds no template.
+        if isinstance(value, dict):
+            return {key: mark(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [mark(item) for item in value]
+        return Unsafe(value) if isinstance(value, str) and value else value
+
+    UnsafeDumper.add_representer(Unsafe, lambda dumper, text: dumper.represent_scalar("!unsafe", str(text), style="'"))
+    path.write_text(yaml.dump(mark(variables), Dumper=UnsafeDumper))
+    path.chmod(0o600)  # it may hold the API key
+    return path
+
+
+def stop_process_tree(grace: float = 3.0) -> None:
+    """Stop everything this process started (ansible-playbook, its workers, Locust and its processes)."""
+    import psutil
+
+    def running(process: psutil.Process) -> bool:
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    # Polled, never waited for: ansible-runner reaps its own child, and a second waitpid would confuse it.
+    deadline = time.monotonic() + grace
+    while any(running(child) for child in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for child in children:
+        if running(child):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
 
 def _artifact_data(runner: Any) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def defaults(state_dir: str) -> dict[str, HardeningValue]:
         "CapabilityBoundingSet": "",
         "AmbientCapabilities": "",
         "RemoveIPC": "yes",
-        "UMask": "0027",
+        "UMask": "0077",
         "DevicePolicy": "closed",
         "DeviceAllow": NVIDIA_DEVICES,
         "LimitMEMLOCK": "infinity",

@@ -11,6 +11,7 @@ from sglang_layout.schema import Layout
 
 _NEEDS_QUOTES = re.compile(r"""[\s"'\\;]""")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]*")
 
 
 def unit_name(model_slug: str, layout_name: str) -> str:
@@ -43,6 +44,9 @@ class UnitSpec:
     argv: list[str]
     environment: dict[str, str]
     hardening: dict[str, hardening.HardeningValue]
+    user: str = "sglang"
+    group: str = "sglang"
+    state_dir: str = "/var/lib/sglang"
     secrets_source: str | None = None  # the root-only file systemd hands over as a credential
 
     @property
@@ -65,6 +69,9 @@ class UnitSpec:
             "environment": self.environment,
             "environment_lines": [systemd_assignment(key, value) for key, value in self.environment.items()],
             "hardening_lines": hardening.unit_lines(self.hardening),
+            "user": self.user,
+            "group": self.group,
+            "state_dir": self.state_dir,
             "credential_line": f"{command.SECRETS_CREDENTIAL}:{self.secrets_source}" if self.secrets_source else "",
         }
 
@@ -81,6 +88,8 @@ def unit_spec(
     cuda_home: str,
     base_env: Mapping[str, str] | None = None,
     state_dir: str = "/var/lib/sglang",
+    user: str = "sglang",
+    group: str = "sglang",
     hardening_overrides: Mapping[str, hardening.HardeningValue | None] | None = None,
     secrets_source: str | None = None,
 ) -> UnitSpec:
@@ -91,6 +100,8 @@ def unit_spec(
     venv = text.absolute_path("venv", venv, example="/opt/sglang/venv-0.5.23")
     cuda_home = text.absolute_path("cuda_home", cuda_home, example="/usr/local/cuda-13.0")
     state_dir = text.absolute_path("state_dir", state_dir, example="/var/lib/sglang")
+    for field, name in (("sglang_venv_user", user), ("sglang_venv_group", group)):
+        text.matching(field, name, ACCOUNT, max_length=32, what="a user or group name", fix="write e.g. sglang")
     if secrets_source is not None:
         secrets_source = text.absolute_path("sglang_service_secrets_dir", secrets_source, example="/etc/sglang/secrets/k26.yaml")
     if not python_version or not all(part.isdigit() for part in python_version.split(".")):
@@ -114,5 +125,8 @@ def unit_spec(
         argv=command.launch_command(f"{venv}/bin/python", args),
         environment=environment,
         hardening=hardening.merged(state_dir, hardening_overrides or {}, layout.hardening),
+        user=user,
+        group=group,
+        state_dir=state_dir,
         secrets_source=secrets_source,
     )

@@ -52,6 +52,8 @@ ARGUMENT_SPEC = {
     "cuda_home": {"type": "str"},
     "base_env": {"type": "dict", "default": {}},
     "state_dir": {"type": "str", "default": "/var/lib/sglang"},
+    "user": {"type": "str", "default": "sglang"},
+    "group": {"type": "str", "default": "sglang"},
     "hardening": {"type": "dict", "default": {}},
     # The root-only secrets file on the host, when there are secrets (handed to the unit as a credential).
     "secrets_source": {"type": "str"},
@@ -138,6 +140,8 @@ class ActionModule(ActionBase):
                     cuda_home=args["cuda_home"] or "/usr/local/cuda",
                     base_env={str(k): str(v) for k, v in args["base_env"].items()},
                     state_dir=args["state_dir"],
+                    user=args["user"],
+                    group=args["group"],
                     hardening_overrides=hardening,
                     secrets_source=args["secrets_source"] or None,
                 ).to_dict()

@@ -13,7 +13,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import diagnosis, flags, gpus
+from sglang_layout import diagnosis, flags, gpus, secrets
 
 
 def sglang_gpu_record(query_output: str) -> dict[str, Any]:
@@ -38,10 +38,25 @@ def sglang_diagnose(journal: str, timed_out: bool = False) -> dict[str, Any]:
     return {**found.to_dict(), "message": found.message()}
 
 
+def sglang_secret_problems(values: dict[str, Any]) -> list[str]:
+    """What is wrong with the declared secrets, never echoing them (for an assert)."""
+    return secrets.problems(values)
+
+
+def sglang_secrets_config(values: dict[str, Any]) -> str:
+    """The secrets as SGLang's --config YAML (use only in a no_log task)."""
+    try:
+        return secrets.config_yaml(values)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"sglang_secrets_config: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_gpu_record": sglang_gpu_record,
             "sglang_flag_table": sglang_flag_table,
             "sglang_diagnose": sglang_diagnose,
+            "sglang_secret_problems": sglang_secret_problems,
+            "sglang_secrets_config": sglang_secrets_config,
         }

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.rehearsal.playbook import REPO
@@ -75,25 +76,39 @@ def test_a_server_that_returns_errors_gives_failed_levels_with_the_error(tmp_pat
     assert "HTTP 500" in done.stdout
 
 
-def test_an_interrupted_run_keeps_the_levels_already_measured(tmp_path):
+def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_done(tmp_path):
+    before = set(Path("/tmp").glob("sglang-bench-*"))
     with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
         assert wait_http(url + "/health_generate", 20, process) == 200
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
-        argv = [sys.executable, "-m", "benchmarks", "run", "--url", url, "--levels", "1,2", "--output-tokens", "16",
-                "--min-requests", "4", "--rounds", "1", "--results-dir", str(tmp_path / "r"),
-                "--level-timeout", "20"]  # fmt: skip
+        # 100 tokens at 10 ms: each request takes a second, so C=2 is still running when Ctrl-C comes.
+        argv = [sys.executable, "-m", "benchmarks", "run", "--url", url, "--levels", "1,2", "--output-tokens", "100",
+                "--min-requests", "2", "--rounds", "1", "--warmup", "0", "--results-dir", str(tmp_path / "r"),
+                "--level-timeout", "60"]  # fmt: skip
         runner = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         seen = ""
         deadline = time.monotonic() + 120
-        while "C=1: locust finished" not in seen and time.monotonic() < deadline:
+        while "C=2: running" not in seen and time.monotonic() < deadline:
             seen += runner.stdout.readline()
+        time.sleep(1.0)
         runner.send_signal(signal.SIGINT)
-        out, _ = runner.communicate(timeout=120)
+        interrupted = time.monotonic()
+        out, _ = runner.communicate(timeout=60)
+        stopped_in = time.monotonic() - interrupted
+        leftovers = [
+            " ".join(proc.info["cmdline"])
+            for proc in psutil.process_iter(["cmdline"])
+            if any(url in part or "sglang-bench-runner-" in part for part in proc.info["cmdline"] or [])
+        ]
     seen += out
     assert runner.returncode == 1, seen
+    assert stopped_in < 15, f"took {stopped_in:.1f} s to stop"
+    assert leftovers == [], leftovers
+    assert set(Path("/tmp").glob("sglang-bench-*")) == before  # the load generator's directory is gone too
     (run,) = stored(tmp_path / "r")
     assert run["status"] == "interrupted", seen
-    assert run["levels"][0]["concurrency"] == 1 and run["levels"][0]["status"] == "ok"
+    assert [level["concurrency"] for level in run["levels"]] == [1], seen
+    assert run["levels"][0]["status"] == "ok" and run["levels"][0]["completed"] == 2
 
 
 def test_two_load_generator_processes_measure_the_same_counts_and_rates(tmp_path):

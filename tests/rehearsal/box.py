@@ -113,6 +113,11 @@ class Box:
     user: str = BOX_USER
 
     @property
+    def known_hosts(self) -> Path:
+        """The box's own host key, recorded when it was made: SSH checks it like any other host's."""
+        return self.directory / "known_hosts"
+
+    @property
     def root(self) -> Path:
         """The box's filesystem as seen from the host (the overlay mount)."""
         return self.directory / "merged"
@@ -120,7 +125,7 @@ class Box:
     def ssh_command(self, *command: str, user: str | None = None) -> list[str]:
         return [
             "ssh", "-p", str(self.ssh_port), "-i", str(self.key), "-o", "BatchMode=yes",
-            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "LogLevel=ERROR",
             f"{user or self.user}@127.0.0.1", shlex.join(command),
         ]  # fmt: skip
 
@@ -136,7 +141,7 @@ class Box:
             "ansible_port": self.ssh_port,
             "ansible_user": self.user,
             "ansible_ssh_private_key_file": str(self.key),
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            "ansible_ssh_common_args": f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={self.known_hosts}",
             "ansible_become": True,
             "ansible_python_interpreter": "/usr/bin/python3",
             **(host_vars or {}),
@@ -197,6 +202,10 @@ def _prepare(box: Box, rootfs: Path) -> None:
         chown -R {box.user}: /home/{box.user}/.ssh
     """
     subprocess.run(["chroot", str(root), "/bin/sh", "-c", script], check=True, capture_output=True)
+    host_keys = sorted((root / "etc" / "ssh").glob("ssh_host_*_key.pub"))
+    box.known_hosts.write_text(
+        "".join(f"[127.0.0.1]:{box.ssh_port} {' '.join(key.read_text().split()[:2])}\n" for key in host_keys)
+    )
 
 
 def _wait_for_ssh(box: Box, deadline: float, process: subprocess.Popen) -> None:

@@ -21,8 +21,8 @@ TESTS = Path(__file__).resolve().parents[1]
 SOURCE = TESTS / "standins" / "sglang"
 NVIDIA_SMI = TESTS / "standins" / "nvidia-smi" / "nvidia-smi"
 FLAGS = TESTS / "data" / "sglang-0.5.23-flags.json"
-# The stand-in's one dependency, pinned with the project's own (requirements-dev.txt).
-RUNTIME_DEPS = ("aiohttp==3.14.5",)
+# The stand-in's dependencies, pinned with the project's own (requirements-dev.txt).
+RUNTIME_DEPS = ("aiohttp==3.14.5", "pyyaml==6.0.3")
 
 
 def source_tree(destination: Path) -> Path:

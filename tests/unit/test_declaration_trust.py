@@ -215,14 +215,14 @@ def test_hardening_defaults_and_overrides():
         "DeviceAllow=char-nvidia-uvm rw",
         "LimitMEMLOCK=infinity",
         "SystemCallArchitectures=native",
-        "UMask=0027",
+        "UMask=0077",
     ):
         assert wanted in lines
     assert not any(line.startswith(("MemoryDenyWriteExecute", "PrivateDevices", "PrivateUsers")) for line in lines)
     layout = parse_layout("ep8", {"hardening": {"SystemCallFilter": None, "ProtectHome": False, "ReadOnlyPaths": ["/a", "/b"]}})
-    merged = hardening.unit_lines(hardening.merged(state, {"UMask": "0077"}, layout.hardening))
+    merged = hardening.unit_lines(hardening.merged(state, {"UMask": "0027"}, layout.hardening))
     assert not any(line.startswith("SystemCallFilter") for line in merged)
-    assert "ProtectHome=no" in merged and "UMask=0077" in merged
+    assert "ProtectHome=no" in merged and "UMask=0027" in merged
     assert merged.count("ReadOnlyPaths=/a") == 1 and "ReadOnlyPaths=/b" in merged
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from aiohttp import web
 
 from sglang import __version__, simulation
@@ -74,15 +75,37 @@ async def serve(args: object, sim: simulation.Simulation) -> None:
         await runner.cleanup()
 
 
+def with_config_file(argv: list[str]) -> list[str]:
+    """SGLang's --config FILE (YAML): its `key: value` lines become `--key value` ahead of the command line."""
+    if "--config" not in argv:
+        return argv
+    at = argv.index("--config")
+    path = Path(argv[at + 1])
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"Config file must be YAML format, got: {path.suffix}")
+    data = yaml.safe_load(path.read_text()) or {}
+    prefix: list[str] = []
+    for key, value in data.items():
+        if value is True:
+            prefix.append(f"--{key}")
+        elif isinstance(value, list):
+            prefix += [f"--{key}", *map(str, value)]
+        elif value is not False:
+            prefix += [f"--{key}", str(value)]
+    return prefix + argv[:at] + argv[at + 2 :]
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
+    argv = with_config_file(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)  # exits 2 like SGLang on a bad flag
     if not args.model_path:
         build_parser().error("the following arguments are required: --model-path")
     if not (Path(args.model_path) / "config.json").is_file():
         raise OSError(f"{args.model_path} does not appear to have a file named config.json.")
     sim = simulation.load()
-    log.info("server_args=%s", json.dumps({k: v for k, v in vars(args).items() if v not in (None, False)}))
+    shown = {k: ("<set>" if k.endswith("api_key") else v) for k, v in vars(args).items() if v not in (None, False)}
+    log.info("server_args=%s", json.dumps(shown))
     started = time.monotonic()
     try:
         asyncio.run(serve(args, sim))

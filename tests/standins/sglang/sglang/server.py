@@ -107,8 +107,8 @@ class Server:
                                   "is_generation": True, "standin": True})  # fmt: skip
 
     async def server_info(self, request: web.Request) -> web.Response:
-        info = {k: v for k, v in vars(self.args).items() if k != "api_key"}
-        return web.json_response({**info, "version": __version__, "standin": True})
+        # As the real 0.5.23 does: the server args as a dict, keys included, to an authenticated client.
+        return web.json_response({**vars(self.args), "version": __version__, "standin": True})
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "sglang",

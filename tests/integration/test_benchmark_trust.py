@@ -1,0 +1,96 @@
+"""The benchmark never stores or shows a secret, never lets Ansible template what was typed, and refuses bad input in words."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import results
+from tests.rehearsal.playbook import REPO
+from tests.rehearsal.standin import local_server, wait_http
+
+FAST = ["--output-tokens", "8", "--input-tokens", "4", "--min-requests", "2", "--rounds", "1", "--level-timeout", "60"]
+# Jinja in a key or model name must reach Locust as written (a templated key would get 401s).
+KEY = "k{{ 6*7 }}-0123456789abcdef"
+
+
+def bench(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
+    argv = [sys.executable, "-m", "benchmarks", *args]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+
+
+def test_a_keyed_server_is_measured_with_its_key_and_no_secret_is_stored(tmp_path):
+    runner_dirs = set(Path("/tmp").glob("sglang-bench-runner-*"))
+    flags = ("--api-key", KEY, "--admin-api-key", "admin-0123456789abcdef", "--ssl-keyfile-password", "pw-9876")
+    with local_server(tmp_path, *flags, load_seconds=0.1, itl_ms={"default": 5.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        done = bench("run", "--url", url, "--levels", "1", *FAST, "--model", "m{{ 6*7 }}", "--results-dir",
+                     str(tmp_path / "r"), env={"SGLANG_API_KEY": KEY})  # fmt: skip
+        unauthorized = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(tmp_path / "none"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (saved,) = (tmp_path / "r").rglob("*.json")
+    text = saved.read_text()
+    for secret in ("0123456789abcdef", "pw-9876"):
+        assert secret not in text and secret not in done.stdout + done.stderr
+    run = json.loads(text)
+    assert run["server"]["server_args"]["api_key"] == "<redacted>"  # the server did return it: SGLang does
+    assert run["server"]["server_args"]["ssl_keyfile_password"] == "<redacted>"
+    assert run["workload"]["model"] == "m{{ 6*7 }}" and run["levels"][0]["completed"] == 2
+    assert set(Path("/tmp").glob("sglang-bench-runner-*")) == runner_dirs  # the vars file holding the key is gone
+    assert unauthorized.returncode == 2 and "refused the request (401)" in unauthorized.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://[::1", "is malformed"),
+        ("http://a b:1", "is malformed"),
+        ("http://127.0.0.1:99999", "is malformed"),
+        ("http://user:hunter2-secret@127.0.0.1:9", "user or password"),
+    ],
+)
+def test_bad_urls_are_refused_in_words_and_never_echo_a_password(tmp_path, url, words):
+    done = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(tmp_path))
+    assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
+    for path in tmp_path.rglob("*"):
+        assert "hunter2" not in str(path) and (path.is_dir() or "hunter2" not in path.read_text())
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["--vocab-size", "0"], ["--rounds", "-1"], ["--warmup", "-5"], ["--levels", "0"], ["--processes", "x"],
+     ["--metrics-interval", "nan"]],
+)  # fmt: skip
+def test_out_of_range_numbers_are_refused(tmp_path, option):
+    done = bench("run", "--url", "http://127.0.0.1:9", *option, "--results-dir", str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr and option[0] in done.stderr, done.stderr
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_a_very_long_layout_name_still_gives_a_saved_record(tmp_path):
+    done = bench("run", "--url", "http://127.0.0.1:9", "--layout", "x" * 300, *FAST, "--results-dir", str(tmp_path))
+    assert done.returncode == 2 and "is unreachable" in done.stderr
+    (saved,) = tmp_path.rglob("*.json")
+    assert len(saved.parent.name) <= results.MAX_NAME and json.loads(saved.read_text())["status"] == "failed"
+
+
+def test_compare_skips_and_names_files_it_cannot_read(tmp_path):
+    good = {"kind": "sglang-benchmark-run", "status": "complete", "server": {"host": "h", "layout": "ep8"},
+            "levels": [{"concurrency": 1, "status": "ok", "completed": 4, "aggregate_tok_s": 60.0,
+                        "decode_tok_s": {"p50": 60.0}, "ttft_ms": {"p50": 20.0}, "itl_ms": {"p50": 16.0}}]}  # fmt: skip
+    results.save_record(good, tmp_path, "h", "ep8")
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "h" / "old.json").write_text(
+        json.dumps({"kind": "sglang-benchmark-run", "levels": [{"concurrency": 1, "status": "ok", "completed": 3}]})
+    )
+    done = bench("compare", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "ep8" in done.stdout and "60.0" in done.stdout
+    assert "skipped" in done.stderr and "broken.json" in done.stderr and "old.json" in done.stderr
