@@ -122,3 +122,24 @@ def test_our_benchmark_against_the_deployed_real_server_agrees_with_its_counts(r
         assert level["completed"] == level["requests"] and level["failed"] == 0
         assert level["length_mismatches"] == 0 and level["stream_count_mismatches"] == 0
         assert level["output_tokens"] == 32 * level["completed"]
+
+
+def test_the_real_server_takes_its_api_key_from_the_credential_file_under_the_sandbox(real_box):
+    box, inventory, port = real_box
+    key = "sk-real-box-7f3a9c2e5d1b4086"
+    keyed = run_playbook("deploy.yml", inventory, {"sglang_api_key": key}, "-e", "layout=cpu-a", "-v", timeout=1800)
+    assert keyed.returncode == 0, keyed.output[-4000:]
+    assert key not in keyed.output
+    base = f"http://127.0.0.1:{port}"
+    assert wait_http(base + "/health_generate", 30) == 200
+    assert wait_http(base + "/v1/models", 5) == 401  # the real server enforces the key it read from --config
+    answer = box.run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"Authorization: Bearer {key}", base + "/v1/models")
+    assert answer.stdout == "200"
+    (box.root / "root" / "pattern").write_text(key + "\n")
+    traces = box.run("sh", "-c", "grep -lF -f /root/pattern /proc/[0-9]*/cmdline /etc/systemd/system/* 2>/dev/null",
+                     user="root", check=False)  # fmt: skip
+    assert traces.stdout.strip() == ""
+    status = run_playbook("playbooks/status.yml", inventory)
+    assert "sandbox: sglang-tiny-cpu-a.service:" in status.stdout, status.stdout[-2000:]
+    unkeyed = deploy(real_box, "cpu-a")
+    assert unkeyed.returncode == 0 and wait_http(base + "/v1/models", 30) == 200

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from sglang_layout import command, flags
+from sglang_layout import command, flags, secrets
 from tests.unit.test_flags import COMMAND_LINES
 
 # Parses each command line with SGLang's own parser (ServerArgs.add_cli_args), in one process (one import).
@@ -72,3 +72,42 @@ def test_our_verdicts_equal_the_real_argparse(real_python, real_table):
     verdicts = dict(zip(COMMAND_LINES, real, strict=True))
     assert verdicts["--cuda-graph-max-bs 64"][0] == 2 and "ambiguous option" in verdicts["--cuda-graph-max-bs 64"][1][0]
     assert verdicts["--moe-a2a-backend bogus"][0] == 2 and "invalid choice" in verdicts["--moe-a2a-backend bogus"][1][0]
+
+
+# Parses each rendered command line the way the real launcher does: --config merged in first, then argparse.
+REAL_PARSE = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+try:
+    from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+except ImportError:
+    from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+parsed = []
+for argv in json.loads(sys.stdin.read()):
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    merged = ConfigArgumentMerger(parser).merge_config_with_args(argv)
+    namespace = parser.parse_args(merged)
+    parsed.append({key: getattr(namespace, key, None) for key in
+                   ("tp_size", "ep_size", "pp_size", "dp_size", "host", "port", "model_path", "api_key", "admin_api_key")})
+print(json.dumps(parsed))
+"""
+
+
+def test_the_real_argparse_reads_every_declared_layout_as_declared(real_python, declaration, tmp_path):
+    key, admin = "sk-real-tier-0123456789abcdef", "admin-real-tier-0123456789"
+    config = tmp_path / "sglang-secrets.yaml"
+    config.write_text(secrets.config_yaml({"sglang_api_key": key, "sglang_admin_api_key": admin}))
+    lines = [
+        command.server_args(layout, model_path=declaration.model_path, port=declaration.port, host=declaration.bind_address,
+                            secrets_file=str(config))
+        for layout in declaration.layouts.values()
+    ]  # fmt: skip
+    assert all(key not in " ".join(argv) for argv in lines)
+    done = subprocess.run([str(real_python), "-c", REAL_PARSE], input=json.dumps(lines), capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for layout, seen in zip(declaration.layouts.values(), json.loads(done.stdout), strict=True):
+        assert seen == {"tp_size": layout.tp, "ep_size": layout.ep, "pp_size": layout.pp, "dp_size": layout.dp,
+                        "host": declaration.bind_address, "port": declaration.port, "model_path": declaration.model_path,
+                        "api_key": key, "admin_api_key": admin}, layout.name  # fmt: skip
