@@ -46,7 +46,9 @@ def bench_serving(python: Path, url: str, model: Path, concurrency: int) -> tupl
             "--dataset-name", "random-ids", "--random-input-len", "32", "--random-output-len", "64",
             "--random-range-ratio", "1", "--num-prompts", "16", "--max-concurrency", str(concurrency), "--tokenizer",
             str(model), "--model", str(model), "--seed", "0", "--warmup-requests", "4"]  # fmt: skip
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900).stdout
+    with tempfile.TemporaryDirectory() as scratch:  # bench_serving also writes a .jsonl of its own
+        argv += ["--output-file", str(Path(scratch) / "bench_serving.jsonl")]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900, cwd=scratch).stdout
     throughput = float(re.search(r"Output token throughput \(tok/s\):\s+([0-9.]+)", out).group(1))
     itl = float(re.search(r"Median ITL \(ms\):\s+([0-9.]+)", out).group(1))
     return throughput, itl
