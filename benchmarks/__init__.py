@@ -1,1 +1,1 @@
-"""Benchmarks of SGLang layouts (the Locust workload and its wrapper arrive with the benchmark issue)."""
+"""Benchmarks of SGLang layouts: the Locust workload (locustfile.py), its metrics, and the wrapper that runs sweeps through ansible-runner."""

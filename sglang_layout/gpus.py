@@ -6,7 +6,6 @@ from typing import Any
 
 # The query the cuda_toolkit role runs; the parser below expects these columns in this order.
 QUERY_FIELDS = ("index", "name", "memory.total", "driver_version")
-QUERY_ARGS = (f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
 MIB_PER_GIB = 1024
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_layout import parallel
 from sglang_layout.findings import Finding
 from sglang_layout.model_size import GIB, ModelWeights, pp_stage_layers
 from sglang_layout.schema import Layout
@@ -114,7 +115,7 @@ def check_memory(fit: MemoryFit, layout: Layout, gpu_count: int | None = None) -
     if not fit.fits:
         more = ""
         if gpu_count and layout.gpus_used < gpu_count:
-            tp = gpu_count // (layout.dp * layout.pp)
+            tp = parallel.largest_tp(gpu_count, layout)
             ep = f", ep {layout.ep}" if layout.ep > 1 and tp % layout.ep == 0 else ""
             more = f"on {gpu_count} GPUs write tp {tp}{ep}; or "
         findings.append(

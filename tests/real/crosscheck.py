@@ -1,4 +1,4 @@
-"""Cross-check with SGLang's own benchmark: `python -m tests.real.crosscheck` (not a test; ~5 minutes).
+"""Cross-check with SGLang's own benchmark: `python -m tests.real.crosscheck` (not a test; a few minutes: three rounds).
 
 The real server on CPU (tiny model) pinned to the first CPU; our benchmark and `python -m
 sglang.bench_serving` pinned to the second, alternating, on the same workload: native /generate, 32
