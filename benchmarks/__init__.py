@@ -1,1 +1,1 @@
-"""Benchmarks of SGLang layouts: the Locust workload (locustfile.py), its metrics, and the wrapper that runs sweeps through ansible-runner."""
+"""Benchmarks of SGLang layouts: the Locust workload, its metrics, and the wrapper running sweeps through ansible-runner."""

@@ -133,7 +133,9 @@ def test_the_real_server_takes_its_api_key_from_the_credential_file_under_the_sa
     base = f"http://127.0.0.1:{port}"
     assert wait_http(base + "/health_generate", 30) == 200
     assert wait_http(base + "/v1/models", 5) == 401  # the real server enforces the key it read from --config
-    answer = box.run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"Authorization: Bearer {key}", base + "/v1/models")
+    answer = box.run(
+        "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"Authorization: Bearer {key}", base + "/v1/models"
+    )
     assert answer.stdout == "200"
     (box.root / "root" / "pattern").write_text(key + "\n")
     traces = box.run("sh", "-c", "grep -lF -f /root/pattern /proc/[0-9]*/cmdline /etc/systemd/system/* 2>/dev/null",
