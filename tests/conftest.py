@@ -16,6 +16,17 @@ KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
 FLAGS_0_5_23 = DATA / "sglang-0.5.23-flags.json"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Markers by what a test needs, so `bin/test -m "not box"` is the fast loop (unit tests and local servers)."""
+    real_tier = REPO / "tests" / "real"
+    for item in items:
+        in_real_tier = real_tier in item.path.parents
+        if in_real_tier:
+            item.add_marker(pytest.mark.real_sglang)
+        if in_real_tier or "box_support" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.box)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
