@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_layout import command, flags, memory, parallel, text
+from sglang_layout import command, defaults, flags, memory, parallel, text
 from sglang_layout.findings import Finding
 from sglang_layout.model_size import ModelConfigError, ModelWeights, model_weights
 from sglang_layout.schema import Layout
@@ -21,9 +21,9 @@ class Facts:
     model_config: Mapping[str, Any] | None = None
     model_index: Mapping[str, Any] | None = None
     flag_table: flags.FlagTable | None = None
-    model_path: str = "/models/model"
-    port: int = 30000
-    host: str = "127.0.0.1"
+    model_path: str = defaults.MODEL_PATH
+    port: int = defaults.PORT
+    host: str = defaults.BIND_ADDRESS
     api_key_set: bool = False
     secrets_file: str | None = None  # where the unit's --config file of secrets is read from
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_layout import flags, hardening, reserved, text
+from sglang_layout import defaults, flags, hardening, reserved, text
 from sglang_layout.errors import DeclarationError
 
 __all__ = ["DeclarationError", "Layout", "ServerSettings", "parse_layout", "parse_layouts", "select_layout", "server_settings"]
@@ -88,14 +88,18 @@ class Layout:
 class ServerSettings:
     """The declaration's server-wide strings and numbers, checked."""
 
-    model_slug: str = "model"
-    model_path: str = "/models/model"
-    port: int = 30000
-    bind_address: str = "127.0.0.1"
+    model_slug: str = defaults.MODEL_SLUG
+    model_path: str = defaults.MODEL_PATH
+    port: int = defaults.PORT
+    bind_address: str = defaults.BIND_ADDRESS
 
 
 def server_settings(
-    *, model_slug: Any = "model", model_path: Any = "/models/model", port: Any = 30000, bind_address: Any = "127.0.0.1"
+    *,
+    model_slug: Any = defaults.MODEL_SLUG,
+    model_path: Any = defaults.MODEL_PATH,
+    port: Any = defaults.PORT,
+    bind_address: Any = defaults.BIND_ADDRESS,
 ) -> ServerSettings:
     """Check what names the units and reaches every command line: slug, model path, port, bind address."""
     return ServerSettings(

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from sglang_layout import flags, text
+from sglang_layout import defaults, flags, text
 from sglang_layout.errors import DeclarationError
 from sglang_layout.schema import Layout, parse_layouts, server_settings
 
@@ -82,10 +82,10 @@ def gpu_memory_gib(field_path: str, value: Any, *, from_text: bool = False) -> f
 
 def declaration_from_vars(variables: Mapping[str, Any], flag_table: flags.FlagTable | None = None) -> Declaration:
     settings = server_settings(
-        model_slug=variables.get("sglang_model_slug", "model"),
-        model_path=variables.get("sglang_model_path", "/models/model"),
-        port=variables.get("sglang_port", 30000),
-        bind_address=variables.get("sglang_bind_address", "127.0.0.1"),
+        model_slug=variables.get("sglang_model_slug", defaults.MODEL_SLUG),
+        model_path=variables.get("sglang_model_path", defaults.MODEL_PATH),
+        port=variables.get("sglang_port", defaults.PORT),
+        bind_address=variables.get("sglang_bind_address", defaults.BIND_ADDRESS),
     )
     layouts = parse_layouts(
         variables.get("sglang_layouts"),

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sglang_layout import command, hardening, text
+from sglang_layout import command, defaults, hardening, text
 from sglang_layout.schema import Layout
 
 _NEEDS_QUOTES = re.compile(r"""[\s"'\\;]""")
@@ -44,9 +44,9 @@ class UnitSpec:
     argv: list[str]
     environment: dict[str, str]
     hardening: dict[str, hardening.HardeningValue]
-    user: str = "sglang"
-    group: str = "sglang"
-    state_dir: str = "/var/lib/sglang"
+    user: str = defaults.SERVICE_USER
+    group: str = defaults.SERVICE_USER
+    state_dir: str = defaults.STATE_DIR
     secrets_source: str | None = None  # the root-only file systemd hands over as a credential
 
     @property
@@ -87,9 +87,9 @@ def unit_spec(
     python_version: str,
     cuda_home: str,
     base_env: Mapping[str, str] | None = None,
-    state_dir: str = "/var/lib/sglang",
-    user: str = "sglang",
-    group: str = "sglang",
+    state_dir: str = defaults.STATE_DIR,
+    user: str = defaults.SERVICE_USER,
+    group: str = defaults.SERVICE_USER,
     hardening_overrides: Mapping[str, hardening.HardeningValue | None] | None = None,
     secrets_source: str | None = None,
 ) -> UnitSpec:

@@ -17,7 +17,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import flags, report
+from sglang_layout import defaults, flags, report
 from sglang_layout.command import SECRETS_FILE_IN_UNIT
 from sglang_layout.hardening import parse_overrides
 from sglang_layout.model_size import ModelConfigError
@@ -38,22 +38,22 @@ ARGUMENT_SPEC = {
     "model_config_path": {"type": "path"},
     "flag_table": {"type": "raw"},
     "flag_table_path": {"type": "path"},
-    "model_path": {"type": "raw", "default": "/models/model"},
-    "port": {"type": "raw", "default": 30000},
-    "bind_address": {"type": "raw", "default": "127.0.0.1"},
+    "model_path": {"type": "raw", "default": defaults.MODEL_PATH},
+    "port": {"type": "raw", "default": defaults.PORT},
+    "bind_address": {"type": "raw", "default": defaults.BIND_ADDRESS},
     # Whether sglang_api_key is set (the key itself never reaches this plugin).
     "api_key_set": {"type": "bool", "default": False},
     # Refuse a failing layout (true) or only report it (false: the user switched preflight off).
     "enforce": {"type": "bool", "default": True},
     # With these, the chosen layout's unit (name, ExecStart, environment, sandbox) is rendered too.
-    "model_slug": {"type": "raw", "default": "model"},
+    "model_slug": {"type": "raw", "default": defaults.MODEL_SLUG},
     "venv": {"type": "str"},
     "python_version": {"type": "str"},
     "cuda_home": {"type": "str"},
     "base_env": {"type": "dict", "default": {}},
-    "state_dir": {"type": "str", "default": "/var/lib/sglang"},
-    "user": {"type": "str", "default": "sglang"},
-    "group": {"type": "str", "default": "sglang"},
+    "state_dir": {"type": "str", "default": defaults.STATE_DIR},
+    "user": {"type": "str", "default": defaults.SERVICE_USER},
+    "group": {"type": "str", "default": defaults.SERVICE_USER},
     "hardening": {"type": "dict", "default": {}},
     # The root-only secrets file on the host, when there are secrets (handed to the unit as a credential).
     "secrets_source": {"type": "str"},
@@ -137,7 +137,7 @@ class ActionModule(ActionBase):
                     host=facts.host,
                     venv=args["venv"],
                     python_version=args["python_version"] or "3",
-                    cuda_home=args["cuda_home"] or "/usr/local/cuda",
+                    cuda_home=args["cuda_home"] or defaults.CUDA_HOME,
                     base_env={str(k): str(v) for k, v in args["base_env"].items()},
                     state_dir=args["state_dir"],
                     user=args["user"],
