@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import results
+from sglang_layout import tables
 
 COLUMNS = ("host", "layout", "run", "tok/s at C=1", "peak agg tok/s", "at C", "TTFT p50 at peak ms", "ITL p50 at peak ms",
            "status")  # fmt: skip
@@ -48,25 +49,26 @@ def latest_per_layout(
 
 
 def _cells(row: dict[str, Any]) -> list[str]:
-    def num(value: float | None, digits: int = 1) -> str:
-        return "-" if value is None else f"{value:,.{digits}f}"
-
-    return [row["host"], row["layout"], row["run"], num(row["c1_tok_s"]), num(row["peak_tok_s"]),
-            str(row["peak_c"] or "-"), num(row["peak_ttft_ms"]), num(row["peak_itl_ms"], 2), row["status"]]  # fmt: skip
+    num = tables.number
+    return [
+        row["host"],
+        row["layout"],
+        row["run"],
+        num(row["c1_tok_s"]),
+        num(row["peak_tok_s"]),
+        str(row["peak_c"] or "-"),
+        num(row["peak_ttft_ms"]),
+        num(row["peak_itl_ms"], 2),
+        row["status"],
+    ]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cells = [list(COLUMNS)] + [_cells(row) for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in cells]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return tables.text_table(COLUMNS, [_cells(row) for row in rows])
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    return tables.markdown_table(COLUMNS, [_cells(row) for row in rows])
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:

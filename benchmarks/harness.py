@@ -26,6 +26,7 @@ from typing import Any
 from benchmarks import results
 from benchmarks.metrics import level_metrics
 from benchmarks.records import RequestRecord
+from sglang_layout import tables
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -162,20 +163,15 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    def num(value: float | None, digits: int = 1) -> str:
-        return "-" if value is None else f"{value:,.{digits}f}"
-
+    num = tables.number
     header = ("scenario", "client", "client CPU %", "tok / CPU-s", "agg tok/s", "ITL p50 / p99 ms (true)", "req tok/s p50 (true)")
-    lines = [header]
+    lines = []
     for row in rows:
         itl = f"{num(row['itl_p50_ms'], 2)} / {num(row['itl_p99_ms'], 2)} ({num(row['true_itl_ms'], 0)})"
         rate = f"{num(row['decode_p50'], 2)} ({num(row['true_decode'], 2)})"
         lines.append((row["scenario"], row["client"], num(row["client_cpu_pct"], 0), num(row["tok_per_cpu_s"], 0),
                       num(row["aggregate_tok_s"], 0), itl, rate))  # fmt: skip
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
-    text = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in lines]
-    text.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(text)
+    return tables.text_table(header, lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sglang_layout import tables
 from sglang_layout.findings import Finding
 from sglang_layout.preflight import Verdict
 
@@ -41,11 +42,7 @@ def table_rows(verdicts: Sequence[Verdict]) -> list[tuple[str, ...]]:
 
 
 def format_table(verdicts: Sequence[Verdict]) -> str:
-    rows = [HEADERS, *table_rows(verdicts)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return tables.text_table(HEADERS, table_rows(verdicts))
 
 
 def format_reasons(verdicts: Sequence[Verdict], *, include_info: bool = False) -> str:
