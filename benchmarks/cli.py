@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import compare, report, results
-from benchmarks.sweep import REPO, EndpointError, Workload, check_url, probe, run_sweep
+from benchmarks.endpoint import EndpointError, check_url, probe
+from benchmarks.sweep import REPO, run_sweep
+from benchmarks.workload import Workload
 
 DEFAULT_LEVELS = "1,2,4,8,16,32,64,128,256"
 

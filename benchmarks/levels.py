@@ -1,0 +1,53 @@
+"""One level's records as Locust wrote them, summarised into its figures and status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.metrics import level_metrics, window
+from benchmarks.records import RequestRecord
+
+
+def read_level(path: Path) -> tuple[list[RequestRecord], list[dict[str, float]]]:
+    requests, samples = [], []
+    for line in path.read_text().splitlines():
+        item = json.loads(line)
+        kind = item.pop("type", "request")
+        if kind == "request":
+            requests.append(RequestRecord.from_dict(item))
+        else:
+            samples.append(item)
+    return requests, samples
+
+
+def server_samples(samples: list[dict[str, float]], window: tuple[float, float] | None) -> dict[str, float | None]:
+    """The server's own gen_throughput and running requests, averaged over the measured window."""
+    inside = [s for s in samples if window and window[0] <= s["time"] <= window[1]]
+
+    def mean(key: str) -> float | None:
+        values = [s[key] for s in inside if key in s]
+        return sum(values) / len(values) if values else None
+
+    return {"gen_throughput": mean("sglang:gen_throughput"), "num_running_reqs": mean("sglang:num_running_reqs"),
+            "samples": len(inside)}  # fmt: skip
+
+
+def summarize_level(concurrency: int, path: Path, run: dict[str, Any] | None, requested: int) -> dict[str, Any]:
+    if not path.exists():
+        reason = (run or {}).get("stderr", "").strip().splitlines()[-1:] or ["no records came back"]
+        return {"concurrency": concurrency, "status": "failed", "error": reason[0][:300], "completed": 0, "failed": 0}
+    records, samples = read_level(path)
+    figures = level_metrics(records, concurrency)
+    figures["server_metrics"] = server_samples(samples, window(records))
+    if figures["completed"] == 0:
+        status = "failed"
+    elif figures["completed"] < requested or figures["failed"]:
+        status = "partial"
+    else:
+        status = "ok"
+    figures["status"] = status
+    if status == "failed":
+        figures["error"] = (figures.get("errors") or ["no request completed"])[0]
+    return figures
