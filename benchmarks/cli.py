@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import compare, report, results
+from benchmarks import compare, harness, report, results
 from benchmarks.endpoint import EndpointError, check_url, probe
 from benchmarks.sweep import REPO, run_sweep
 from benchmarks.workload import Workload
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--api-key-file", type=Path, help="a file holding the server's API key")
     run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
     run.add_argument("--results-dir", type=Path, default=REPO / "results")
-    sub.add_parser("harness", help="benchmark the load generator itself (tokens per CPU-second, fidelity)", add_help=False)
+    harness.add_arguments(sub.add_parser("harness", help="benchmark the load generator itself (tokens per CPU-second, fidelity)"))
     cmp = sub.add_parser("compare", help="layouts side by side from stored runs")
     cmp.add_argument("paths", nargs="*", type=Path, default=[REPO / "results"])
     cmp.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
@@ -156,12 +156,9 @@ def _layout_from_info(info: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["harness"]:
-        from benchmarks import harness
-
-        return harness.main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "run":
         return command_run(args)
+    if args.command == "harness":
+        return harness.command_harness(args)
     return compare.command_compare(args.paths, markdown_path=args.markdown, plot_path=args.plot)

@@ -124,7 +124,7 @@ def _read(path: Path) -> list[RequestRecord]:
 
 def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict[str, Any]:
     port, server_cpu = _free_port(), _pin(0)
-    serve_argv = [sys.executable, "-m", "benchmarks.harness", "serve", "--port", str(port), "--itl-ms", str(scenario.itl_ms)]
+    serve_argv = [sys.executable, "-m", "benchmarks", "harness", "serve", "--port", str(port), "--itl-ms", str(scenario.itl_ms)]
     server = subprocess.Popen(serve_argv, cwd=REPO, preexec_fn=lambda: os.sched_setaffinity(0, server_cpu))
     try:
         for _ in range(100):
@@ -174,16 +174,18 @@ def table(rows: list[dict[str, Any]]) -> str:
     return tables.text_table(header, lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks harness", description=__doc__)
-    sub = parser.add_subparsers(dest="command")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `harness` subcommand's options (python -m benchmarks harness)."""
+    sub = parser.add_subparsers(dest="harness_command")
     server = sub.add_parser("serve", help="(internal) run the token server")
     server.add_argument("--port", type=int, required=True)
     server.add_argument("--itl-ms", type=float, required=True)
     parser.add_argument("--timeout", type=float, default=180, help="seconds a client may take per scenario")
     parser.add_argument("--results-dir", type=Path, default=REPO / "results")
-    args = parser.parse_args(argv)
-    if args.command == "serve":
+
+
+def command_harness(args: argparse.Namespace) -> int:
+    if args.harness_command == "serve":
         serve(args.port, args.itl_ms)
         return 0
     print(f"CPUs: {sorted(os.sched_getaffinity(0))} (server pinned to the first, clients to the second)", flush=True)
@@ -201,7 +203,3 @@ def main(argv: list[str] | None = None) -> int:
     path = results.save_record(record, args.results_dir, "harness", "loadgen")
     print(f"saved {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
