@@ -107,7 +107,7 @@ def request_body(options: Any, index: int) -> tuple[str, bytes]:
         return "/generate", json.dumps(body).encode()
     body = {"model": options.bench_model, "messages": [{"role": "user", "content": prompt_words(seed, index, n_in)}],
             "max_tokens": n_out, "ignore_eos": True, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
     return "/v1/chat/completions", json.dumps(body).encode()
 
 
@@ -136,15 +136,41 @@ def read_stream(raw: Any, record: dict[str, Any], endpoint: str) -> None:
         else:
             choices = event.get("choices") or []
             delta = (choices[0].get("delta") or {}) if choices else {}
+            usage = event.get("usage") or {}
+            so_far = usage.get("completion_tokens")
             if delta.get("content") or delta.get("reasoning_content"):
                 times.append(now)
-                counts.append(1)  # one decode step per chunk; the usage total below is the real count
-            usage = event.get("usage")
-            if usage:
-                record["output_tokens"] = usage.get("completion_tokens")
+                if choices and isinstance(so_far, int):
+                    # continuous_usage_stats: the cumulative count on this very chunk gives its exact size
+                    counts.append(max(so_far - cumulative, 1))
+                    cumulative = max(so_far, cumulative + 1)
+                    record["count_source"] = record["count_source"] or "continuous_usage"
+                else:
+                    counts.append(1)  # sized below from the final usage, when the server sends no running count
+                    cumulative += 1
+                    record["count_source"] = "spread"
+            if so_far is not None:
+                record["output_tokens"] = so_far
                 record["input_tokens"] = usage.get("prompt_tokens")
             if event.get("object") == "error" or "error" in event:
                 record["error"] = str(event.get("message") or event.get("error"))[:200]
+    if endpoint != "generate" and record["count_source"] == "spread" and record["output_tokens"]:
+        spread_counts(counts, int(record["output_tokens"]))
+
+
+def spread_counts(counts: array, total: int) -> None:
+    """Without a running count, share the server's final total over the chunks: the first one chunk's
+    worth of a token, the rest evenly (earlier chunks take the remainder). Recorded as "spread"."""
+    chunks = len(counts)
+    if chunks == 0 or total < chunks:
+        return
+    if chunks == 1:
+        counts[0] = total
+        return
+    base, extra = divmod(total - 1, chunks - 1)
+    counts[0] = 1
+    for i in range(1, chunks):
+        counts[i] = base + (1 if i - 1 < extra else 0)
 
 
 class StreamingUser(FastHttpUser):
@@ -177,6 +203,7 @@ class StreamingUser(FastHttpUser):
             "level": users, "phase": LEVEL.phase(index, warmup, measured), "sent": time.monotonic(),
             "end": 0.0, "ok": False, "error": "", "requested_tokens": options.bench_output_tokens,
             "output_tokens": None, "input_tokens": None, "chunk_times": array("d"), "chunk_tokens": array("i"),
+            "count_source": "meta_info" if options.bench_endpoint == "generate" else "",
         }  # fmt: skip
         LEVEL.in_flight[index] = record
         try:

@@ -5,6 +5,7 @@ Times are seconds in; reported latencies are milliseconds, rates tokens per seco
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -111,6 +112,8 @@ def level_metrics(records: Sequence[RequestRecord], concurrency: int) -> dict[st
         input_tokens=sum(r.input_tokens or 0 for r in completed),
         length_mismatches=sum(1 for r in completed if output_tokens(r) != r.requested_tokens),
         stream_count_mismatches=sum(1 for r in completed if r.output_tokens not in (None, r.streamed_tokens)),
+        # How each request's tokens per chunk were known; "spread" means ITL is an even share, not exact.
+        count_sources=dict(Counter(r.count_source or "unknown" for r in completed)),
     )
     result["bench_serving"] = bench_serving_keys(result)
     return result

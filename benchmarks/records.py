@@ -23,6 +23,9 @@ class RequestRecord:
     input_tokens: int | None = None
     chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk carrying tokens
     chunk_tokens: list[int] = field(default_factory=list)  # tokens in each such chunk
+    # Where chunk_tokens come from: "meta_info" (/generate), "continuous_usage" (chat, exact per chunk),
+    # "spread" (chat without a running count: the final total shared over the chunks), "" (unknown).
+    count_source: str = ""
 
     @property
     def first_token(self) -> float | None:

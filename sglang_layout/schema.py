@@ -42,9 +42,7 @@ MAX_WIDTH = 1024  # per parallel size
 MAX_GPUS = 4096  # dp x tp x pp: bounds what is rendered (CUDA_VISIBLE_DEVICES) before any verdict
 MAX_ARGS = 256
 # Variables that load code into the server process: the declaration is data, never code.
-CODE_LOADING_ENV = frozenset(
-    {"LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH_FORCE", "PYTHONSTARTUP", "PYTHONINSPECT", "BASH_ENV", "ENV", "PYTHONBREAKPOINT"}
-)
+CODE_LOADING_ENV = frozenset({"LD_PRELOAD", "LD_AUDIT", "PYTHONSTARTUP", "PYTHONINSPECT", "BASH_ENV", "ENV", "PYTHONBREAKPOINT"})
 # Server flags whose values the rules read: they must be numbers of the right kind and range.
 NUMERIC_ARGS: dict[str, tuple[type, float, float, float]] = {
     "mem-fraction-static": (float, 0.0, 1.0, 0.88),

@@ -121,3 +121,21 @@ def test_two_load_generator_processes_measure_the_same_counts_and_rates(tmp_path
     assert (level["requests"], level["completed"], level["failed"]) == (16, 16, 0)
     assert level["decode_tok_s"]["p50"] == pytest.approx(100.0, rel=0.02)
     assert level["achieved_concurrency"] == pytest.approx(8, rel=0.05)
+
+
+@pytest.mark.parametrize(("continuous_usage", "source"), [(True, "continuous_usage"), (False, "spread")])
+def test_chat_deltas_of_several_tokens_give_per_token_itl(tmp_path, continuous_usage, source):
+    """3 tokens per delta at a 10 ms clock: ITL is 10 ms per token, not 30 ms per delta (nor 0)."""
+    simulation = {"load_seconds": 0.1, "itl_ms": {"default": 10.0}, "stream_interval": 3, "continuous_usage": continuous_usage}
+    with local_server(tmp_path, **simulation) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        done = bench("run", "--url", url, "--levels", "1,4", "--output-tokens", "30", "--input-tokens", "8",
+                     "--min-requests", "8", "--rounds", "2", "--level-timeout", "60",
+                     "--results-dir", str(tmp_path / "r"))  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = stored(tmp_path / "r")
+    for level in run["levels"]:
+        assert level["count_sources"] == {source: level["completed"]}
+        assert level["itl_ms"]["p50"] == pytest.approx(10.0, rel=0.03), level["itl_ms"]
+        assert level["decode_tok_s"]["p50"] == pytest.approx(100.0, rel=0.03)
+        assert level["stream_count_mismatches"] == 0 and level["output_tokens"] == 30 * level["completed"]

@@ -24,9 +24,13 @@ def generated_total(url: str) -> float:
     return sum(float(v) for v in re.findall(r"^sglang:generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", text, re.M))
 
 
-@pytest.mark.parametrize("endpoint", ["chat", "generate"])
-def test_our_benchmark_agrees_with_the_real_servers_counts(real_python, tmp_path, endpoint):
-    with real_server.running(tmp_path / "server.log", "--enable-metrics") as url:
+@pytest.mark.parametrize(
+    ("endpoint", "flags"),
+    [("chat", ()), ("generate", ()), ("chat", ("--stream-interval", "4"))],
+    ids=["chat", "generate", "chat-4-tokens-per-delta"],
+)
+def test_our_benchmark_agrees_with_the_real_servers_counts(real_python, tmp_path, endpoint, flags):
+    with real_server.running(tmp_path / "server.log", "--enable-metrics", *flags) as url:
         before = generated_total(url)
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
         argv = [sys.executable, "-m", "benchmarks", "run", "--url", url, "--endpoint", endpoint, "--levels", "1,4",
@@ -45,11 +49,12 @@ def test_our_benchmark_agrees_with_the_real_servers_counts(real_python, tmp_path
         # ignore_eos: every request decoded exactly what was asked, by the server's own count.
         assert level["length_mismatches"] == 0
         assert level["output_tokens"] == level["completed"] * OUTPUT_TOKENS
-        # /generate's cumulative meta_info gives each chunk's exact token count. The chat stream does not:
-        # SGLang's detokenizer holds back tokens that end mid-character, so some deltas carry several
-        # tokens; counting deltas would under-count, which is why the server's usage figure is used.
-        if endpoint == "generate":
-            assert level["stream_count_mismatches"] == 0
+        # Every chunk's exact token count: /generate's cumulative meta_info; on chat, the cumulative
+        # usage SGLang puts on every chunk when asked for continuous_usage_stats (deltas carry several
+        # tokens with --stream-interval, and when the detokenizer holds back a split character).
+        assert level["stream_count_mismatches"] == 0
+        source = "meta_info" if endpoint == "generate" else "continuous_usage"
+        assert level["count_sources"] == {source: level["completed"]}
         assert level["decode_tok_s"]["p50"] > 0 and level["itl_ms"]["p50"] > 0
         measured_tokens += level["output_tokens"]
     # The server's own counter covers our measured requests plus warm-up, cool-down and health checks.

@@ -87,6 +87,17 @@ class Server:
         finally:
             self.running -= 1
 
+    async def chunks(self, count: int) -> AsyncIterator[int]:
+        """The cumulative token count at each chunk sent: every `stream_interval` tokens and at the end.
+
+        As SGLang's --stream-interval: a chunk carries several tokens when the server streams less often
+        than every token (the simulation's stream_interval when the flag is not given).
+        """
+        interval = max(int(self.args.stream_interval or self.sim.stream_interval), 1)
+        async for n in self.tokens(count):
+            if n % interval == 0 or n == count:
+                yield n
+
     def _count(self, max_tokens: object, ignore_eos: bool) -> int:
         wanted = int(max_tokens) if max_tokens is not None else 128
         return wanted if ignore_eos else min(wanted, self.sim.eos_after)
@@ -171,7 +182,7 @@ class Server:
                 pass
             return web.json_response(chunk(count))
         response = await self._sse(request)
-        async for n in self.tokens(count):
+        async for n in self.chunks(count):
             await self._send(response, chunk(n))
         await self._send(response, "[DONE]")
         return response
@@ -203,8 +214,15 @@ class Server:
                                       "choices": [choice(TOKEN * count, True, False)], "usage": usage})  # fmt: skip
         response = await self._sse(request)
         base = {"id": rid, "object": f"{obj}.chunk" if kind == "chat" else obj, "created": created, "model": self.model_name}
-        async for n in self.tokens(count):
-            await self._send(response, {**base, "choices": [choice(TOKEN, n == count, True)]})
+        options = body.get("stream_options") or {}
+        running_usage = bool(options.get("continuous_usage_stats")) and self.sim.continuous_usage
+        previous = 0
+        async for n in self.chunks(count):
+            payload = {**base, "choices": [choice(TOKEN * (n - previous), n == count, True)]}
+            if running_usage:  # SGLang's continuous_usage_stats: the cumulative count on every chunk
+                payload["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+            await self._send(response, payload)
+            previous = n
         if (body.get("stream_options") or {}).get("include_usage"):
             await self._send(response, {**base, "choices": [], "usage": usage})
         await self._send(response, "[DONE]")

@@ -26,6 +26,10 @@ class Simulation:
     itl_ms: dict[str, float] = field(default_factory=lambda: {"default": 10.0})
     itl_slope_ms: float = 0.0
     eos_after: int = 32
+    # Tokens per streamed chunk when --stream-interval is not given (SGLang's default is 1).
+    stream_interval: int = 1
+    # False: ignore stream_options.continuous_usage_stats (a server that only sends the final usage).
+    continuous_usage: bool = True
     # True: every generation request fails with HTTP 500 (the health check still passes).
     fail_requests: bool = False
 
