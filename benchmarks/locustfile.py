@@ -159,18 +159,14 @@ def read_stream(raw: Any, record: dict[str, Any], endpoint: str) -> None:
 
 
 def spread_counts(counts: array, total: int) -> None:
-    """Without a running count, share the server's final total over the chunks: the first one chunk's
-    worth of a token, the rest evenly (earlier chunks take the remainder). Recorded as "spread"."""
+    """Without a running count, share the server's final total evenly over the chunks (earlier chunks
+    take the remainder): exact for a server that streams a steady number per chunk. Recorded as "spread"."""
     chunks = len(counts)
     if chunks == 0 or total < chunks:
         return
-    if chunks == 1:
-        counts[0] = total
-        return
-    base, extra = divmod(total - 1, chunks - 1)
-    counts[0] = 1
-    for i in range(1, chunks):
-        counts[i] = base + (1 if i - 1 < extra else 0)
+    base, extra = divmod(total, chunks)
+    for i in range(chunks):
+        counts[i] = base + (1 if i < extra else 0)
 
 
 class StreamingUser(FastHttpUser):

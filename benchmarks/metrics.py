@@ -37,12 +37,17 @@ def token_arrivals(record: RequestRecord) -> list[tuple[float, float]]:
 
 
 def decode_rate(record: RequestRecord) -> float | None:
-    """(tokens - 1) / (last token time - first token time): one request's decode speed."""
+    """(tokens after the first chunk) / (last chunk time - first chunk time): one request's decode speed.
+
+    With one token per chunk that is (tokens - 1) / span; a first chunk of k tokens arrived all at once,
+    so its k tokens open the span instead of counting inside it.
+    """
     tokens = output_tokens(record)
-    if tokens < 2 or len(record.chunk_times) < 2:
+    first = record.chunk_tokens[0] if record.chunk_tokens else 1
+    if tokens - first < 1 or len(record.chunk_times) < 2:
         return None
     span = record.chunk_times[-1] - record.chunk_times[0]
-    return (tokens - 1) / span if span > 0 else None
+    return (tokens - first) / span if span > 0 else None
 
 
 def inter_token_gaps(record: RequestRecord) -> list[float]:

@@ -95,3 +95,21 @@ def test_a_level_where_everything_failed_reports_zero_not_an_error():
     record = RequestRecord(level=1, phase="measured", sent=0.0, end=1.0, ok=False, error="connection refused")
     level = level_metrics([record], 1)
     assert level["completed"] == 0 and level["aggregate_tok_s"] == 0.0 and level["errors"] == ["connection refused"]
+
+
+def test_a_first_chunk_of_several_tokens_opens_the_decode_span():
+    # 30 tokens in chunks of 3 every 30 ms (10 ms per token): the first chunk's 3 tokens arrive at once.
+    times = [0.1 + 0.03 * i for i in range(10)]
+    record = RequestRecord(
+        level=1,
+        phase="measured",
+        sent=0.0,
+        end=times[-1],
+        ok=True,
+        requested_tokens=30,
+        output_tokens=30,
+        chunk_times=times,
+        chunk_tokens=[3] * 10,
+    )
+    assert decode_rate(record) == pytest.approx(100.0)  # (30 - 3) / 0.27 s; (30 - 1) / 0.27 s would read 107
+    assert stats(inter_token_gaps(record))["p50"] == pytest.approx(0.01)
