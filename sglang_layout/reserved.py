@@ -10,6 +10,7 @@ network.
 from __future__ import annotations
 
 from sglang_layout import flags
+from sglang_layout.secrets import SECRET_FIELDS
 
 # Canonical reserved flag -> the declaration field that renders it.
 RESERVED = {
@@ -20,9 +21,7 @@ RESERVED = {
     "model-path": "sglang_model_path",
     "port": "sglang_port",
     "host": "sglang_bind_address",
-    "api-key": "sglang_api_key (keep it in Ansible Vault)",
-    "admin-api-key": "sglang_admin_api_key (keep it in Ansible Vault)",
-    "ssl-keyfile-password": "sglang_ssl_keyfile_password (keep it in Ansible Vault)",
+    **{flag: f"{field} (keep it in Ansible Vault)" for field, (flag, _) in SECRET_FIELDS.items()},
     "config": "the project (it passes the secrets file with --config)",
 }
 # Every spelling SGLang 0.5.23 accepts for them (aliases), to their canonical name.
@@ -38,7 +37,7 @@ SPELLINGS = {
 # Real 0.5.23 flags that are also prefixes of a reserved spelling: argparse takes an exact name first.
 NOT_ABBREVIATIONS = frozenset({"ssl-keyfile"})
 # The flags whose values are secrets: never on a command line, in a unit, an output or a result.
-SECRET_FLAGS = ("api-key", "admin-api-key", "ssl-keyfile-password")
+SECRET_FLAGS = tuple(flag for flag, _ in SECRET_FIELDS.values())
 
 
 def reserved_meaning(name: str, table: flags.FlagTable | None = None) -> str | None:

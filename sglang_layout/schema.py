@@ -69,7 +69,7 @@ class Layout:
     args: dict[str, ArgValue] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
-    hardening: dict[str, str | None] = field(default_factory=dict)
+    hardening: dict[str, hardening.HardeningValue | None] = field(default_factory=dict)
     notices: tuple[str, ...] = ()  # what parsing changed and says so (a folded description)
 
     @property
@@ -98,8 +98,12 @@ def server_settings(
     model_path: Any = defaults.MODEL_PATH,
     port: Any = defaults.PORT,
     bind_address: Any = defaults.BIND_ADDRESS,
+    from_text: bool = False,
 ) -> ServerSettings:
-    """Check what names the units and reaches every command line: slug, model path, port, bind address."""
+    """Check what names the units and reaches every command line: slug, model path, port, bind address.
+
+    `from_text`: values templated by Ansible arrive as text, so a port of digits is a port.
+    """
     return ServerSettings(
         model_slug=text.matching(
             "sglang_model_slug",
@@ -110,7 +114,7 @@ def server_settings(
             fix="write e.g. k26",
         ),
         model_path=text.absolute_path("sglang_model_path", model_path, example="/srv/models/Kimi-K2.6"),
-        port=text.whole_number("sglang_port", port, low=1, high=65535, example=30001),
+        port=text.whole_number("sglang_port", port, low=1, high=65535, example=30001, from_text=from_text),
         bind_address=text.bind_address("sglang_bind_address", bind_address),
     )
 

@@ -22,6 +22,8 @@ SECRET_FIELDS = {
 }
 _PRINTABLE = re.compile(r"[\x21-\x7e]+")
 MAX_LENGTH = 512
+# scheme://user:password@ in a URL.
+_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 # Keys of server arguments that hold secrets, in /server_info answers and anything else stored.
 SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password", "hf_token", "token", "password"})
 
@@ -64,6 +66,3 @@ def redact(value: object) -> object:
     if isinstance(value, str):
         return _USERINFO.sub(r"\1<redacted>@", value)
     return value
-
-
-_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")

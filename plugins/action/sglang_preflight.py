@@ -60,11 +60,6 @@ ARGUMENT_SPEC = {
 }
 
 
-def _port(value: object) -> object:
-    """-e and templated values arrive as text: a port of digits is a port."""
-    return int(value) if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 6 else value
-
-
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -76,8 +71,9 @@ class ActionModule(ActionBase):
             settings = server_settings(
                 model_slug=args["model_slug"],
                 model_path=args["model_path"],
-                port=_port(args["port"]),
+                port=args["port"],
                 bind_address=args["bind_address"],
+                from_text=True,
             )
             table = None
             if args["flag_table_path"]:
