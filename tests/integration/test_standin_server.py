@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -101,3 +102,44 @@ def test_token_rate_matches_the_setting(tmp_path, concurrency, base_ms, slope_ms
     for rate, completion_tokens in results:
         assert completion_tokens == 150
         assert rate == pytest.approx(expected, rel=0.03)
+
+
+def test_the_roofline_caps_aggregate_output(tmp_path):
+    """8 requests at 10 ms under a 200 tok/s roofline: each decodes at 200 / 8 = 25 tok/s, not 100."""
+    sim = {**FAST, "itl_ms": {"default": 10.0}, "peak_tok_s": {"default": 200.0}}
+    with local_server(tmp_path, **sim) as (process, url, _):
+        assert wait_http(url + "/ready", 10, process) == 200
+        results: list = []
+        threads = [threading.Thread(target=_decode_rate, args=(url, 60, results)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(results) == 8
+    for rate, _ in results:
+        assert rate == pytest.approx(25.0, rel=0.05)
+
+
+def _first_token_after(url: str, tokens: int, waits: list) -> None:
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}, "stream": True}
+    request = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    sent = time.monotonic()
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.readline()
+        waits.append(time.monotonic() - sent)
+        response.read()
+
+
+def test_requests_beyond_max_running_requests_queue(tmp_path):
+    """--max-running-requests 2 with 4 requests of 50 tokens at 10 ms: two start at once, two wait ~0.5 s."""
+    with local_server(tmp_path, "--max-running-requests", "2", **FAST, itl_ms={"default": 10.0}) as (process, url, _):
+        assert wait_http(url + "/ready", 10, process) == 200
+        waits: list = []
+        threads = [threading.Thread(target=_first_token_after, args=(url, 50, waits)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    waits.sort()
+    assert len(waits) == 4
+    assert waits[1] < 0.2 and waits[2] > 0.45

@@ -15,10 +15,22 @@ from tests.rehearsal.playbook import REPO, write_inventory
 
 KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
 MODEL_PATH = "/srv/models/Kimi-K2.6"
-# 8 x ~95 GiB GPUs serving a ~1T INT4 model (553 GiB of weights); the stand-in's token clock gives EP8
-# 65 tok/s for one request (the field notes' C=1 figure) and the other layouts 26 tok/s.
-GPU_HOST = {"gpu_count": 8, "gpu_memory_gib": 94.97, "driver_version": "580.95.05", "weights_gib": 553,
-            "load_seconds": 2, "itl_ms": {"default": 38.0, "tp8-ep8-pp1-dp1": 15.4}}  # fmt: skip
+# 8 x ~95 GiB GPUs serving a ~1T INT4 model (553 GiB of weights), clocked after the field notes' table:
+# one request decodes at TP8 26.3, PP8 37, EP8 65 tok/s (EP4 has no C=1 figure there: 45 here), and
+# aggregate output saturates at TP8 808, PP8 396, EP8 961, EP4 1,531 tok/s. Layout keys are tpN-epN-ppN-dpN.
+GPU_HOST = {
+    "gpu_count": 8, "gpu_memory_gib": 94.97, "driver_version": "580.95.05", "weights_gib": 553, "load_seconds": 2,
+    "itl_ms": {"default": 38.0, "tp1-ep1-pp8-dp1": 27.0, "tp8-ep8-pp1-dp1": 15.4, "tp8-ep4-pp1-dp1": 22.2},
+    "peak_tok_s": {"default": 808.0, "tp1-ep1-pp8-dp1": 396.0, "tp8-ep8-pp1-dp1": 961.0, "tp8-ep4-pp1-dp1": 1531.0},
+}  # fmt: skip
+
+
+def true_decode_tok_s(layout_key: str, running: int, simulation: dict | None = None) -> float:
+    """The stand-in's per-request decode rate with `running` requests decoding: its clock, for test truths."""
+    sim = simulation or GPU_HOST
+    itl_ms = sim["itl_ms"].get(layout_key, sim["itl_ms"]["default"])
+    peak = sim.get("peak_tok_s", {}).get(layout_key, sim.get("peak_tok_s", {}).get("default"))
+    return 1000.0 / max(itl_ms, 1000.0 * running / peak if peak else 0.0)
 
 
 def serving_vars(port: int) -> dict[str, object]:

@@ -1,8 +1,10 @@
 """STAND-IN for SGLang's HTTP API (rehearsal tests only), streaming tokens on a known clock.
 
 Each request's inter-token time is base_itl(layout) + slope x running requests,
-scheduled on absolute deadlines so the rate does not drift; with ignore_eos a
-request decodes exactly its max tokens. Token counts in usage / meta_info are
+never shorter than running / peak(layout) (the decode roofline), scheduled on
+absolute deadlines so the rate does not drift; at most max-running-requests
+decode at once and the rest queue; with ignore_eos a request decodes exactly
+its max tokens. Token counts in usage / meta_info are
 the server's own, as in SGLang.
 """
 
@@ -38,6 +40,10 @@ class Server:
         self.model_name = args.served_model_name or args.model_path
         sizes = [int(getattr(args, f"{k}_size") or 1) for k in ("tp", "ep", "pp", "dp")]
         self.base_itl = sim.base_itl_ms(*sizes) / 1000.0
+        self.peak = sim.peak(*sizes)
+        cap = int(getattr(args, "max_running_requests", None) or sim.max_running_requests or 0)
+        self.slots = asyncio.Semaphore(cap) if cap > 0 else None
+        self.queued = 0
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])
@@ -68,10 +74,27 @@ class Server:
 
     # --- the token clock -------------------------------------------------
     def itl(self) -> float:
-        return self.base_itl + self.sim.itl_slope_ms / 1000.0 * self.running
+        itl = self.base_itl + self.sim.itl_slope_ms / 1000.0 * self.running
+        return max(itl, self.running / self.peak) if self.peak else itl
 
     async def tokens(self, count: int) -> AsyncIterator[int]:
-        """Yield 1..count on schedule: first after prefill, then one inter-token time apart."""
+        """Yield 1..count on schedule: first after prefill, then one inter-token time apart (after a queue wait)."""
+        if self.slots is None:
+            async for index in self._decode(count):
+                yield index
+            return
+        self.queued += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.queued -= 1
+        try:
+            async for index in self._decode(count):
+                yield index
+        finally:
+            self.slots.release()
+
+    async def _decode(self, count: int) -> AsyncIterator[int]:
         self.running += 1
         try:
             deadline = time.monotonic() + self.sim.prefill_ms / 1000.0
@@ -134,6 +157,8 @@ class Server:
             f"sglang:gen_throughput{label} {float(len(self.recent))}\n"
             "# TYPE sglang:num_running_reqs gauge\n"
             f"sglang:num_running_reqs{label} {float(self.running)}\n"
+            "# TYPE sglang:num_queue_reqs gauge\n"
+            f"sglang:num_queue_reqs{label} {float(self.queued)}\n"
             "# TYPE sglang:generation_tokens_total counter\n"
             f"sglang:generation_tokens_total{label} {float(self.generated_total)}\n"
         )

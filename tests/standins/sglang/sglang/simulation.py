@@ -22,9 +22,15 @@ class Simulation:
     weights_gib: float = 10.0
     load_seconds: float = 1.0
     prefill_ms: float = 20.0
-    # Inter-token time of one request = itl_ms[layout key or "default"] + itl_slope_ms x running requests.
+    # Inter-token time of one request = itl_ms[layout key or "default"] + itl_slope_ms x running requests,
+    # but never shorter than running / peak_tok_s[layout key or "default"] (the box's decode roofline:
+    # aggregate output cannot pass it however many requests run). No peak entry: no roofline.
     itl_ms: dict[str, float] = field(default_factory=lambda: {"default": 10.0})
     itl_slope_ms: float = 0.0
+    peak_tok_s: dict[str, float] = field(default_factory=dict)
+    # At most this many requests decode at once (SGLang's --max-running-requests overrides it; 0: no cap);
+    # the rest wait in a queue, so their TTFT grows as on a saturated server.
+    max_running_requests: int = 0
     eos_after: int = 32
     # Tokens per streamed chunk when --stream-interval is not given (SGLang's default is 1).
     stream_interval: int = 1
@@ -34,7 +40,16 @@ class Simulation:
     fail_requests: bool = False
 
     def base_itl_ms(self, tp: int, ep: int, pp: int, dp: int) -> float:
-        return float(self.itl_ms.get(f"tp{tp}-ep{ep}-pp{pp}-dp{dp}", self.itl_ms.get("default", 10.0)))
+        return float(_per_layout(self.itl_ms, tp, ep, pp, dp) or 10.0)
+
+    def peak(self, tp: int, ep: int, pp: int, dp: int) -> float | None:
+        """The layout's aggregate decode roofline in tokens per second, if the simulation sets one."""
+        value = _per_layout(self.peak_tok_s, tp, ep, pp, dp)
+        return float(value) if value else None
+
+
+def _per_layout(table: dict[str, float], tp: int, ep: int, pp: int, dp: int) -> float | None:
+    return table.get(f"tp{tp}-ep{ep}-pp{pp}-dp{dp}", table.get("default"))
 
 
 def load() -> Simulation:
