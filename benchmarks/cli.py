@@ -1,46 +1,25 @@
-"""`python -m benchmarks run | compare`: measure an endpoint's layouts, store the runs, put them side by side."""
+"""`python -m benchmarks run | search | compare | harness`: measure an endpoint's layouts, search the best one,
+store the runs, put them side by side."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks import compare, harness, report, results
 from benchmarks.endpoint import EndpointError, check_url, probe
+from benchmarks.search import objectives
+from benchmarks.search.runner import SearchOptions, main_search
 from benchmarks.sweep import REPO, run_sweep
-from benchmarks.workload import Workload
+from benchmarks.workload import Workload, bounded
+from sglang_layout.candidates import parse_grid
+from sglang_layout.errors import DeclarationError
 
-DEFAULT_LEVELS = "1,2,4,8,16,32,64,128,256"
-
-
-def _bounded(low: int, high: int, *, kind: type = int) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` within [low, high], or a message naming the bounds."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from exc
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text!r} must be from {low} to {high}")
-        return value
-
-    return parse
-
-
-def _levels(text: str) -> list[int]:
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--levels {text!r}: give whole numbers separated by commas, e.g. 1,16,64") from exc
-    if not levels or any(not 1 <= level <= 100_000 for level in levels):
-        raise argparse.ArgumentTypeError(f"--levels {text!r}: every concurrency must be from 1 to 100000")
-    return levels
+# The search measures fewer levels by default: every level is one more pass on every candidate.
+SEARCH_LEVELS = "1,4,16,64,256"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,38 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--server-host", help="an inventory host: benchmark its active layout")
     run.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
     run.add_argument("--loadgen", default="localhost", help="the inventory host that runs Locust (default: here)")
-    run.add_argument("--levels", type=_levels, default=_levels(DEFAULT_LEVELS), help=f"concurrencies (default {DEFAULT_LEVELS})")
-    run.add_argument("--endpoint", choices=["chat", "generate"], default="chat")
-    run.add_argument("--model", default="default", help="model name sent to the OpenAI endpoint")
-    run.add_argument("--input-tokens", type=_bounded(1, 1_000_000), default=128)
-    run.add_argument("--output-tokens", type=_bounded(1, 1_000_000), default=256)
-    run.add_argument(
-        "--rounds", type=_bounded(1, 10_000), default=4, help="measured requests per level = max(--min-requests, rounds x C)"
-    )
-    run.add_argument("--min-requests", type=_bounded(1, 1_000_000), default=16)
-    run.add_argument(
-        "--warmup", type=_bounded(-1, 1_000_000), default=-1, help="requests excluded first (default -1: one per user)"
-    )
-    run.add_argument("--seed", type=_bounded(0, 2**31 - 1), default=0)
-    run.add_argument(
-        "--vocab-size",
-        type=_bounded(32, 100_000_000),
-        default=32000,
-        help="--endpoint generate: prompt token ids are drawn below this; set the model's vocab_size",
-    )
-    run.add_argument("--level-timeout", type=_bounded(1, 86_400), default=600, help="seconds a level may run at most")
-    run.add_argument("--processes", type=_bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
-    run.add_argument(
-        "--metrics-interval", type=_bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
-    )
-    run.add_argument(
-        "--api-key",
-        default="",
-        help="the server's API key; prefer $SGLANG_API_KEY or --api-key-file, which keep it off this process's command line",
-    )
-    run.add_argument("--api-key-file", type=Path, help="a file holding the server's API key")
+    Workload.add_cli_args(run)
+    _add_api_key(run)
     run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
     run.add_argument("--results-dir", type=Path, default=REPO / "results")
+    _add_search(
+        sub.add_parser("search", help="find the best layout and flags on a box: launch each candidate once, measure, report")
+    )
     harness.add_arguments(sub.add_parser("harness", help="benchmark the load generator itself (tokens per CPU-second, fidelity)"))
     cmp = sub.add_parser("compare", help="layouts side by side from stored runs")
     cmp.add_argument("paths", nargs="*", type=Path, default=[REPO / "results"])
@@ -92,10 +46,90 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def project_commit() -> str:
-    git = ["git", "-C", str(REPO), "describe", "--always", "--dirty"]
-    done = subprocess.run(git, capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "unknown"
+def _add_search(search: argparse.ArgumentParser) -> None:
+    search.add_argument("--server-host", required=True, help="the inventory host to search on")
+    search.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
+    search.add_argument("--loadgen", default="localhost", help="the inventory host that runs Locust (default: here)")
+    search.add_argument("--layouts", default="all", help="declared layouts to try, comma-separated (default: all)")
+    search.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="FLAG=V1,V2",
+        help="server flag values crossed with every layout, e.g. max-running-requests=64,256 (repeatable)",
+    )
+    search.add_argument(
+        "--objective",
+        choices=list(objectives.OBJECTIVES),
+        default="peak",
+        help="what the winner left serving is best at: c1 (tok/s per request at C=1), peak (aggregate "
+        "tok/s), capacity (aggregate within --slo); every objective's winner is reported",
+    )
+    search.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        type=_slo,
+        metavar="METRIC_STAT=MS",
+        help="a latency bound, e.g. tpot_p99=50 (repeatable): levels stop when it breaks; capacity uses it",
+    )
+    search.add_argument(
+        "--knee",
+        type=bounded(0.0, 10.0, kind=float),
+        default=0.05,
+        help="stop raising C when aggregate tok/s gains less than this fraction over the level before (0: never)",
+    )
+    search.add_argument(
+        "--clear-margin",
+        type=bounded(0.0, 10.0, kind=float),
+        default=0.05,
+        help="a winner is clear when it beats the next by at least this fraction",
+    )
+    search.add_argument(
+        "--leave",
+        choices=["best", "original", "none"],
+        default="best",
+        help="what serves at the end: the winner (default), the layout from before, or the last candidate",
+    )
+    search.add_argument("--resume", default="", metavar="ID", help="resume this search (running the same command does too)")
+    search.add_argument("--quiet", action="store_true", help="only the plan, one line per candidate and the report")
+    _add_api_key(search)
+    search.add_argument("--results-dir", type=Path, default=REPO / "results")
+    Workload.add_cli_args(search, default_levels=SEARCH_LEVELS)  # fmt: skip
+
+
+def _slo(text: str) -> objectives.Bound:
+    try:
+        return objectives.parse_slo(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _add_api_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--api-key",
+        default="",
+        help="the server's API key; prefer $SGLANG_API_KEY or --api-key-file, which keep it off this process's command line",
+    )
+    parser.add_argument("--api-key-file", type=Path, help="a file holding the server's API key")
+
+
+def command_search(args: argparse.Namespace) -> int:
+    try:
+        grid = [parse_grid(spec) for spec in args.grid]
+        key = api_key(args)
+    except (DeclarationError, EndpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.objective == "capacity" and not args.slo:
+        print("error: --objective capacity needs at least one --slo bound, e.g. --slo tpot_p99=50", file=sys.stderr)
+        return 2
+    layouts = None if args.layouts.strip() in ("", "all") else [n.strip() for n in args.layouts.split(",") if n.strip()]
+    options = SearchOptions(server_host=args.server_host, inventory=args.inventory, workload=Workload.from_cli_args(args),
+                            results_dir=args.results_dir, layouts=layouts, grid=grid, objective=args.objective, slo=args.slo,
+                            knee=args.knee, clear_margin=args.clear_margin, leave=args.leave, resume=args.resume,
+                            loadgen=args.loadgen, api_key=key, quiet=args.quiet)  # fmt: skip
+    return main_search(options)
 
 
 def api_key(args: argparse.Namespace) -> str:
@@ -111,12 +145,8 @@ def api_key(args: argparse.Namespace) -> str:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    workload = Workload(levels=args.levels, endpoint=args.endpoint, model=args.model, input_tokens=args.input_tokens,
-                        output_tokens=args.output_tokens, seed=args.seed, vocab_size=args.vocab_size, warmup=args.warmup,
-                        rounds=args.rounds,
-                        min_requests=args.min_requests, level_timeout=args.level_timeout,
-                        metrics_interval=args.metrics_interval, processes=args.processes)  # fmt: skip
-    record: dict[str, Any] = {"kind": "sglang-benchmark-run", "started": results.utc_stamp(), "commit": project_commit(),
+    workload = Workload.from_cli_args(args)
+    record: dict[str, Any] = {"kind": "sglang-benchmark-run", "started": results.utc_stamp(), "commit": results.project_commit(),
                               "workload": {k: v for k, v in vars(workload).items()}, "endpoint": args.url or "",
                               "server_host": args.server_host or ""}  # fmt: skip
     host, layout = args.server_host or "", args.layout
@@ -159,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "run":
         return command_run(args)
+    if args.command == "search":
+        return command_search(args)
     if args.command == "harness":
         return harness.command_harness(args)
     return compare.command_compare(args.paths, markdown_path=args.markdown, plot_path=args.plot)

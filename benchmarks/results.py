@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import tempfile
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -16,6 +17,16 @@ from sglang_layout import secrets
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_NAME = 80  # well under every file system's 255-byte limit, with room for the stamp
+REPO = Path(__file__).resolve().parents[1]
+# Other kinds of JSON kept under results/ (not runs, not errors): the search manifests.
+OTHER_KINDS = frozenset({"sglang-layout-search"})
+
+
+def project_commit() -> str:
+    """The project's commit (with -dirty for local changes), stored in every record."""
+    git = ["git", "-C", str(REPO), "describe", "--always", "--dirty"]
+    done = subprocess.run(git, capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
 
 
 def safe_name(text: str) -> str:
@@ -83,6 +94,8 @@ def load_records(paths: Iterable[Path], skipped: list[tuple[Path, str]] | None =
             continue
         if isinstance(data, dict) and data.get("kind") == "sglang-benchmark-run":
             loaded.append((path, data))
+        elif isinstance(data, dict) and data.get("kind") in OTHER_KINDS:
+            continue
         elif skipped is not None:
             skipped.append((path, "not a benchmark run record"))
     return loaded

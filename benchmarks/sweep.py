@@ -31,6 +31,7 @@ class SweepResult:
     levels: list[dict[str, Any]] = field(default_factory=list)
     server: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    locust_s: float = 0.0  # wall time Locust ran (warm-up and measured requests), the rest is the harness's own
 
 
 def run_sweep(
@@ -77,7 +78,9 @@ def run_sweep(
             users = next((a.split("=", 1)[1] for a in level if a.startswith("--users=")), "?")
             rc = data.get("res", {}).get("rc")
             finished.add(users)
-            progress(f"  C={users}: locust finished in {time.monotonic() - started.get('t', time.monotonic()):.1f} s (rc {rc})")
+            took = time.monotonic() - started.get("t", time.monotonic())
+            started["locust"] = started.get("locust", 0.0) + took
+            progress(f"  C={users}: locust finished in {took:.1f} s (rc {rc})")
         return True
 
     def on_interrupt(signum: int, frame: object) -> None:
@@ -124,7 +127,7 @@ def run_sweep(
         status = "failed"
     error = "" if status in ("complete", "interrupted") else _failure_reason(runner, levels)
     shutil.rmtree(private, ignore_errors=True)
-    return SweepResult(status=status, levels=levels, server=server, error=error)
+    return SweepResult(status=status, levels=levels, server=server, error=error, locust_s=started.get("locust", 0.0))
 
 
 def is_locust_task(event_data: dict[str, Any]) -> bool:

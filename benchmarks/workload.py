@@ -1,9 +1,42 @@
-"""The workload of a sweep: what is sent at each concurrency level and how many requests are measured."""
+"""The workload of a sweep: what is sent at each concurrency level and how many requests are measured.
+
+Defined once: the dataclass holds the fields, `add_cli_args` writes the command-line options of every
+subcommand that sends load (run, search), `from_cli_args` reads them back.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
+
+DEFAULT_LEVELS = "1,2,4,8,16,32,64,128,256"
+
+
+def bounded(low: float, high: float, *, kind: type = int) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` within [low, high], or a message naming the bounds."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from exc
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be from {low} to {high}")
+        return value
+
+    return parse
+
+
+def parse_levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--levels {text!r}: give whole numbers separated by commas, e.g. 1,16,64") from exc
+    if not levels or any(not 1 <= level <= 100_000 for level in levels):
+        raise argparse.ArgumentTypeError(f"--levels {text!r}: every concurrency must be from 1 to 100000")
+    return levels
 
 
 @dataclass
@@ -22,15 +55,54 @@ class Workload:
     metrics_interval: float = 1.0
     processes: int = 1  # Locust --processes: load-generator cores (more than ~128 fast streams per core)
 
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser, *, default_levels: str = DEFAULT_LEVELS) -> None:
+        """The workload's options, one per field (the field's name with dashes)."""
+        add = parser.add_argument
+        add("--levels", type=parse_levels, default=parse_levels(default_levels), help=f"concurrencies (default {default_levels})")
+        add("--endpoint", choices=["chat", "generate"], default="chat")
+        add("--model", default="default", help="model name sent to the OpenAI endpoint")
+        add("--input-tokens", type=bounded(1, 1_000_000), default=128)
+        add("--output-tokens", type=bounded(1, 1_000_000), default=256)
+        add("--seed", type=bounded(0, 2**31 - 1), default=0)
+        add(
+            "--vocab-size",
+            type=bounded(32, 100_000_000),
+            default=32000,
+            help="--endpoint generate: prompt token ids are drawn below this; set the model's vocab_size",
+        )
+        add("--warmup", type=bounded(-1, 1_000_000), default=-1, help="requests excluded first (default -1: one per user)")
+        add("--rounds", type=bounded(1, 10_000), default=4, help="measured requests per level = max(--min-requests, rounds x C)")
+        add("--min-requests", type=bounded(1, 1_000_000), default=16)
+        add("--level-timeout", type=bounded(1, 86_400), default=600, help="seconds a level may run at most")
+        add(
+            "--metrics-interval", type=bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
+        )
+        add("--processes", type=bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> Workload:
+        return cls(**{item.name: getattr(args, item.name) for item in fields(cls)})
+
     def measured_requests(self, concurrency: int) -> int:
         return max(self.min_requests, self.rounds * concurrency)
 
+    def at_levels(self, levels: list[int]) -> Workload:
+        """The same workload over other levels (the search measures one level at a time)."""
+        return type(self)(**{**vars(self), "levels": list(levels)})
+
     def extravars(self) -> dict[str, Any]:
         return {
-            "bench_levels": self.levels, "bench_endpoint": self.endpoint, "bench_model": self.model,
-            "bench_input_tokens": self.input_tokens, "bench_output_tokens": self.output_tokens, "bench_seed": self.seed,
+            "bench_levels": self.levels,
+            "bench_endpoint": self.endpoint,
+            "bench_model": self.model,
+            "bench_input_tokens": self.input_tokens,
+            "bench_output_tokens": self.output_tokens,
+            "bench_seed": self.seed,
             "bench_vocab_size": self.vocab_size,
-            "bench_warmup": self.warmup, "bench_measured": {str(c): self.measured_requests(c) for c in self.levels},
-            "bench_level_timeout": self.level_timeout, "bench_metrics_interval": self.metrics_interval,
+            "bench_warmup": self.warmup,
+            "bench_measured": {str(c): self.measured_requests(c) for c in self.levels},
+            "bench_level_timeout": self.level_timeout,
+            "bench_metrics_interval": self.metrics_interval,
             "bench_processes": self.processes,
-        }  # fmt: skip
+        }

@@ -122,7 +122,9 @@ def test_the_roofline_caps_aggregate_output(tmp_path):
 
 def _first_token_after(url: str, tokens: int, waits: list) -> None:
     body = {"text": "hi", "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}, "stream": True}
-    request = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     sent = time.monotonic()
     with urllib.request.urlopen(request, timeout=60) as response:
         response.readline()

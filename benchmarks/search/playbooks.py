@@ -1,0 +1,154 @@
+"""The search's steps on the box, each an existing playbook run through ansible-runner.
+
+The declaration is read from the inventory (ansible-inventory: nothing connects); preflight runs
+playbooks/preflight.yml over every candidate at once (the host's recorded facts, no change on the
+box); each launch is deploy.yml, with its swap, health wait, diagnosis and rollback.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.sweep import REPO, unsafe_vars_file
+
+# What the search reads from the declaration (besides the layouts), and what makes a candidate's server.
+SHARED_KEYS = ("sglang_common_args", "sglang_common_env", "sglang_model_path", "sglang_model_slug", "sglang_version")
+
+
+class PlaybookError(Exception):
+    """A step on the box could not run (unreachable host, missing records, bad inventory)."""
+
+
+def _env() -> dict[str, str]:
+    return {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+
+
+def read_declaration(inventory: Path, host: str) -> dict[str, Any]:
+    """The host's variables as the inventory and its group_vars declare them."""
+    import ansible_runner
+
+    out, err = ansible_runner.get_inventory(
+        action="host", inventories=[str(inventory)], host=host, response_format="json", quiet=True, envvars=_env()
+    )
+    if not isinstance(out, dict) or not out:
+        reason = (err or "").strip().splitlines()[-1:] or ["no variables"]
+        raise PlaybookError(f"host {host!r} in {inventory}: {reason[0]} (is it in the inventory?)")
+    if not isinstance(out.get("sglang_layouts"), dict) or not out["sglang_layouts"]:
+        raise PlaybookError(f"host {host!r} has no sglang_layouts declared (group_vars/sglang_servers.yml)")
+    return out
+
+
+def _run(
+    playbook: str,
+    inventory: Path,
+    variables: dict[str, Any],
+    on_event: Callable[[dict[str, Any]], None],
+    cancel: Callable[[], bool] = lambda: False,
+) -> Any:
+    import ansible_runner
+
+    private = Path(tempfile.mkdtemp(prefix="sglang-search-runner-"))
+    try:
+        vars_file = unsafe_vars_file(private / "search-vars.yml", variables)
+
+        def handler(event: dict[str, Any]) -> bool:
+            on_event(event)
+            return True
+
+        return ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(REPO),
+            playbook=str(REPO / playbook),
+            inventory=str(inventory),
+            cmdline=f"-e @{vars_file}",
+            quiet=True,
+            envvars=_env(),
+            event_handler=handler,
+            cancel_callback=cancel,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _failure(events: list[dict[str, Any]], fallback: str) -> str:
+    failed = [e for e in events if e.get("event") in ("runner_on_failed", "runner_on_unreachable")]
+    if not failed:
+        return fallback
+    res = failed[-1].get("event_data", {}).get("res", {})
+    return str(res.get("msg") or fallback).strip()[:2000]
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    verdicts: dict[str, dict[str, Any]]
+    serving: str  # the layout serving before the search ('' when none)
+
+
+def preflight(inventory: Path, host: str, layouts: dict[str, Any]) -> PreflightResult:
+    """Every candidate against the host's recorded facts (GPUs, installed SGLang's flag table, model files)."""
+    events: list[dict[str, Any]] = []
+    found: dict[str, Any] = {}
+
+    def on_event(event: dict[str, Any]) -> None:
+        events.append(event)
+        data = event.get("event_data", {})
+        if event.get("event") != "runner_on_ok":
+            return
+        res = data.get("res", {})
+        if str(data.get("task_action", "")).endswith("sglang_preflight"):
+            found["verdicts"] = res.get("verdicts", {})
+        local = (res.get("ansible_facts") or {}).get("ansible_local")
+        if isinstance(local, dict):
+            found["serving"] = str((local.get("sglang_service") or {}).get("active_layout") or "")
+
+    runner = _run("playbooks/preflight.yml", inventory, {"target": host, "sglang_layouts": layouts}, on_event)
+    if "verdicts" not in found:
+        raise PlaybookError(f"preflight on {host} did not run: {_failure(events, f'the playbook ended {runner.status}')}")
+    return PreflightResult(found["verdicts"], found.get("serving", ""))
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    ok: bool
+    load_s: float | None  # start to healthy; None when the layout was already serving
+    message: str  # the diagnosis and rollback when it failed
+
+
+def deploy(
+    inventory: Path,
+    host: str,
+    layout: str,
+    layouts: dict[str, Any],
+    *,
+    cancel: Callable[[], bool] = lambda: False,
+    phase: Callable[[str], None] = lambda _: None,
+) -> DeployResult:
+    """deploy.yml -e layout=NAME with the candidates declared beside the layouts."""
+    events: list[dict[str, Any]] = []
+    said: set[str] = set()
+
+    def on_event(event: dict[str, Any]) -> None:
+        events.append(event)
+        action = str(event.get("event_data", {}).get("task_action", ""))
+        if event.get("event") == "playbook_on_task_start" and action.endswith("sglang_wait_healthy") and not said:
+            said.add("loading")
+            phase("loading")
+
+    variables = {"target": host, "layout": layout, "sglang_layouts": layouts}
+    runner = _run("deploy.yml", inventory, variables, on_event, cancel)
+    stats: dict[str, Any] = {}
+    for event in events:
+        if event.get("event") == "playbook_on_stats":
+            stats = event.get("event_data", {}).get("artifact_data") or {}
+    swap = (stats.get("sglang_service_swaps") or {}).get(host) or {}
+    if runner.status == "successful":
+        load = swap.get("load_s")
+        swapped = str(swap.get("swapped")).lower() == "true"
+        return DeployResult(True, float(load) if swapped and load not in (None, "") else None, "")
+    return DeployResult(False, None, _failure(events, f"deploy.yml ended {runner.status}"))

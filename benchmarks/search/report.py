@@ -1,0 +1,172 @@
+"""The search's report: a table of every candidate, the winner per objective, the winner as a ready
+sglang_layouts entry, as text, Markdown and a PNG of the curves."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.search import objectives
+from sglang_layout import tables
+
+HEADER = (
+    "candidate",
+    "what",
+    "status",
+    "load s",
+    "tok/s C=1",
+    "peak agg tok/s",
+    "at C",
+    "capacity tok/s",
+    "at C",
+    "levels",
+    "note",
+)
+
+
+def _note(entry: dict[str, Any], width: int) -> str:
+    if entry["status"] == "refused":
+        return _cut("refused: " + "; ".join(entry.get("reasons") or []), width)
+    if entry.get("error"):
+        return _cut(str(entry["error"]).splitlines()[0], width)
+    return (entry.get("stopped") or "") + (" (kept from an earlier run)" if entry.get("kept_from_earlier_run") else "")
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def rows(state: dict[str, Any], note_width: int = 10_000) -> list[list[str]]:
+    num = tables.number
+    out = []
+    for entry in state["candidates"]:
+        scores = entry.get("scores") or {}
+        out.append(
+            [
+                entry["name"],
+                entry.get("label", ""),
+                entry["status"],
+                num(entry.get("load_s")),
+                num(scores.get("c1")),
+                num(scores.get("peak")),
+                str(scores.get("peak_c") or "-"),
+                num(scores.get("capacity")),
+                str(scores.get("capacity_c") or "-"),
+                ",".join(map(str, entry.get("levels_run") or [])) or "-",
+                _note(entry, note_width),
+            ]
+        )
+    return out
+
+
+def winner_entry(state: dict[str, Any], entries: dict[str, Any]) -> str:
+    """The winner of the search's objective as YAML to paste under sglang_layouts in group_vars."""
+    best = (state.get("winners") or {}).get(state["objective"]) or next(iter((state.get("winners") or {}).values()), None)
+    if not best or best["name"] not in entries:
+        return ""
+    return yaml.safe_dump({"sglang_layouts": {best["name"]: entries[best["name"]]}}, sort_keys=False, width=120)
+
+
+def economy(state: dict[str, Any]) -> str:
+    """What the search spent and saved: launches, levels, wall time, its own overhead per candidate."""
+    entries = state["candidates"]
+    launched = [e for e in entries if e["status"] not in ("refused", "pending")]
+    refused = sum(1 for e in entries if e["status"] == "refused")
+    ran = sum(len(e.get("levels_run") or []) for e in launched)
+    planned = len(state["workload"]["levels"]) * len(launched)
+    overheads = [e["overhead_s"] for e in launched if e.get("overhead_s") is not None]
+    parts = [
+        f"{len(launched)} launched, {refused} refused by preflight (never launched)",
+        f"{ran} of {planned} levels measured (the rest skipped past the knee or the SLO)",
+    ]
+    if state.get("wall_s"):
+        parts.append(f"wall time {state['wall_s']:.0f} s")
+    if overheads:
+        parts.append(f"the search's own overhead {sum(overheads) / len(overheads):.1f} s per candidate beyond load and Locust")
+    return "; ".join(parts)
+
+
+def text(state: dict[str, Any], entries: dict[str, Any]) -> str:
+    lines = [f"\nsearch {state['id']} on {state['host']}", tables.text_table(HEADER, rows(state, note_width=70)), economy(state)]
+    winners = state.get("winners") or {}
+    lines.append("")
+    for objective in objectives.OBJECTIVES:
+        if objective in winners:
+            lines.append("winner " + winners[objective]["sentence"])
+        elif objective != "capacity" or state.get("slo"):
+            lines.append(f"winner {objective}: none (no candidate gave this figure)")
+    entry = winner_entry(state, entries)
+    if entry:
+        lines += ["", f"the {state['objective']} winner, ready for group_vars:", entry.rstrip()]
+    lines.append(f"serving now: {state.get('serving_at_end', '-')}")
+    return "\n".join(lines)
+
+
+def markdown(state: dict[str, Any], entries: dict[str, Any], plot: Path | None) -> str:
+    winners = state.get("winners") or {}
+    parts = [
+        f"# Layout search {state['id']} on {state['host']}\n",
+        f"Workload: levels {state['workload']['levels']}, {state['workload']['endpoint']} endpoint, "
+        f"{state['workload']['input_tokens']} tokens in, {state['workload']['output_tokens']} out; knee "
+        f"{100 * state['knee']:.0f}%; objective {state['objective']}.\n",
+        tables.markdown_table(HEADER, rows(state)),
+        economy(state) + ".\n",
+        "## Winners\n",
+    ]
+    parts += [f"- {winners[o]['sentence']}" for o in objectives.OBJECTIVES if o in winners]
+    entry = winner_entry(state, entries)
+    if entry:
+        parts += ["", "## The winner as a declaration\n", "```yaml", entry.rstrip(), "```"]
+    if plot:
+        parts += ["", f"![curves]({plot.name})"]
+    return "\n".join(parts) + "\n"
+
+
+def plot(state: dict[str, Any], path: Path) -> Path | None:
+    """Aggregate tok/s against C per candidate; tok/s per request against aggregate with the Pareto front; load times."""
+    measured = [e for e in state["candidates"] if e.get("curve")]
+    if not measured:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    figure, (curves, trade, loads) = plt.subplots(1, 3, figsize=(17, 5))
+    points = []
+    for entry in measured:
+        cs, agg, per = zip(*entry["curve"], strict=True)
+        curves.plot(cs, agg, marker="o", label=entry["name"])
+        trade.plot(agg, per, marker="o", label=entry["name"])
+        points += [(f"{entry['name']} C={c}", a, p) for c, a, p in entry["curve"]]
+    front = objectives.pareto_front(points)
+    trade.plot(
+        [a for _, a, _ in front], [p for _, _, p in front], color="black", linestyle="--", linewidth=1, label="Pareto front"
+    )
+    curves.set(xscale="log", xlabel="concurrency C", ylabel="aggregate output tok/s", title="throughput")
+    trade.set(xlabel="aggregate output tok/s", ylabel="tok/s per request (p50)", title="per request vs aggregate")
+    loaded = [e for e in state["candidates"] if e.get("load_s")]
+    loads.barh([e["name"] for e in loaded], [e["load_s"] for e in loaded])
+    loads.set(xlabel="seconds", title="load time (start to healthy)")
+    for axes in (curves, trade):
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.tight_layout()
+    partial = path.with_name(f".partial-{path.name}")
+    figure.savefig(partial, dpi=100, format="png")
+    plt.close(figure)
+    os.replace(partial, path)
+    return path
+
+
+def write(state: dict[str, Any], manifest_path: Path, entries: dict[str, Any]) -> dict[str, Path]:
+    """The Markdown report and the PNG beside the manifest (results/<host>/searches/<id>.md, .png)."""
+    png = plot(state, manifest_path.with_suffix(".png"))
+    md = manifest_path.with_suffix(".md")
+    partial = md.with_name(f".partial-{md.name}")
+    partial.write_text(markdown(state, entries, png))
+    os.replace(partial, md)
+    return {"markdown": md, **({"plot": png} if png else {})}

@@ -1,0 +1,369 @@
+"""The search from start to end: declaration -> candidates -> preflight -> one launch per candidate,
+measured level by level until the knee -> winners -> the winner left serving -> the report."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import results
+from benchmarks.search import manifest, objectives, playbooks
+from benchmarks.search import report as search_report
+from benchmarks.sweep import run_sweep
+from benchmarks.workload import Workload
+from sglang_layout.candidates import Candidate, declaration_hash, expand
+from sglang_layout.errors import DeclarationError
+from sglang_layout.schema import parse_layouts
+
+
+@dataclass
+class SearchOptions:
+    server_host: str
+    inventory: Path
+    workload: Workload
+    results_dir: Path
+    layouts: list[str] | None = None  # None: every declared layout
+    grid: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    objective: str = "peak"
+    slo: list[objectives.Bound] = field(default_factory=list)
+    knee: float = 0.05
+    clear_margin: float = 0.05
+    leave: str = "best"  # best, original, none
+    resume: str = ""
+    loadgen: str = "localhost"
+    api_key: str = ""
+    quiet: bool = False
+
+
+class SearchError(Exception):
+    """The search cannot start (bad input or the box cannot be read); nothing on the box changed."""
+
+
+class _Interrupts:
+    """Ctrl-C during a launch lets the swap finish (it rolls back on its own); a second one cancels it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.count += 1
+        print("\n  interrupted: the swap in progress finishes (Ctrl-C again cancels it); then the search stops", flush=True)
+
+    @property
+    def stop(self) -> bool:
+        return self.count > 0
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _validate(entries: dict[str, Any], declaration: dict[str, Any]) -> None:
+    """The candidates under the declaration's own rules, before anything runs (names the field and the fix)."""
+    try:
+        parse_layouts(
+            entries,
+            common_args=declaration.get("sglang_common_args") or {},
+            common_env=declaration.get("sglang_common_env") or {},
+        )
+    except DeclarationError as exc:
+        raise SearchError(f"{exc} (a candidate built from --layouts/--grid)") from exc
+
+
+def _entry(candidate: Candidate, digest: str, verdict: dict[str, Any] | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": candidate.name,
+        "layout": candidate.layout,
+        "overrides": candidate.overrides,
+        "label": candidate.label,
+        "hash": digest,
+        "status": "pending",
+    }
+    if verdict is None:
+        return {**entry, "status": "refused", "reasons": ["preflight gave no verdict"]}
+    findings = verdict.get("findings") or []
+    entry["warnings"] = [f.get("message", "") for f in findings if f.get("severity") == "warning"]
+    if not verdict.get("ok"):
+        reasons = [
+            f"{f.get('message', '')}" + (f". Fix: {f['fix']}" if f.get("fix") else "")
+            for f in findings
+            if f.get("severity") == "error"
+        ]
+        entry.update(status="refused", reasons=reasons or [verdict.get("summary", "refused")])
+    return entry
+
+
+def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) -> int:
+    started_all = time.monotonic()
+    note = (lambda _: None) if options.quiet else say
+    host, workload = options.server_host, options.workload
+    try:
+        declaration = playbooks.read_declaration(options.inventory, host)
+        candidates = expand(declaration["sglang_layouts"], options.layouts, options.grid)
+    except (playbooks.PlaybookError, DeclarationError) as exc:
+        raise SearchError(str(exc)) from exc
+    entries = {c.name: c.entry for c in candidates}
+    _validate(entries, declaration)
+    shared = {key: declaration.get(key) for key in playbooks.SHARED_KEYS}
+    digests = {c.name: declaration_hash(c.entry, shared) for c in candidates}
+    workload_dict = dict(vars(workload))
+    identifier = options.resume or manifest.search_id(host, [digests[c.name] for c in candidates], workload_dict)
+    path = manifest.path_for(options.results_dir, host, identifier)
+    try:
+        previous = manifest.load(path)
+    except ValueError as exc:
+        raise SearchError(str(exc)) from exc
+    if options.resume and previous is None:
+        raise SearchError(f"--resume {identifier}: no such search for {host} under {path.parent}")
+    if previous and previous.get("workload") != workload_dict:
+        raise SearchError(
+            f"--resume {identifier}: that search measured another workload; give the same options, or drop --resume"
+        )
+
+    say(f"search {identifier} on {host}: {len(candidates)} candidates ({', '.join(c.name for c in candidates)})")
+    note("preflight of every candidate against the host's recorded facts (nothing changes on the box)")
+    try:
+        checked = playbooks.preflight(options.inventory, host, entries)
+    except playbooks.PlaybookError as exc:
+        raise SearchError(str(exc)) from exc
+    state: dict[str, Any] = {
+        "kind": manifest.KIND,
+        "id": identifier,
+        "host": host,
+        "created": (previous or {}).get("created") or results.utc_stamp(),
+        "workload": workload_dict,
+        "layouts": options.layouts or "all",
+        "grid": [[k, list(v)] for k, v in options.grid],
+        "objective": options.objective,
+        "slo": [vars(b) for b in options.slo],
+        "knee": options.knee,
+        "clear_margin": options.clear_margin,
+        "leave": options.leave,
+        "original_layout": (previous or {}).get("original_layout", checked.serving),
+        "candidates": [],
+    }
+    for candidate in candidates:
+        digest = digests[candidate.name]
+        entry = _entry(candidate, digest, checked.verdicts.get(candidate.name))
+        if entry["status"] != "refused" and (kept := manifest.kept(previous, candidate.name, digest)):
+            entry = {**kept, "kept_from_earlier_run": True}
+        state["candidates"].append(entry)
+    manifest.save(state, path)
+    refused = [e for e in state["candidates"] if e["status"] == "refused"]
+    todo = [e for e in state["candidates"] if e["status"] == "pending"]
+    for entry in refused:
+        say(f"  refused, never launched: {entry['name']}: {'; '.join(entry['reasons'])}")
+    kept_count = sum(1 for e in state["candidates"] if e.get("kept_from_earlier_run"))
+    say(
+        f"{len(todo)} to launch, {len(refused)} refused by preflight"
+        + (f", {kept_count} kept from the earlier run" if kept_count else "")
+        + f"; levels {','.join(map(str, workload.levels))} until the knee ({100 * options.knee:.0f}%)"
+        + ("" if not options.slo else f" or the SLO ({', '.join(f'{b.name}<={b.limit_ms:g} ms' for b in options.slo)})")
+    )
+    layouts_for_deploy = {**declaration["sglang_layouts"], **entries}
+    durations = [float(e["duration_s"]) for e in (previous or {}).get("candidates", []) if e.get("duration_s")]
+    if durations:
+        say(f"estimated time: about {_minutes(sum(durations) / len(durations) * len(todo))} (earlier candidates of this search)")
+    elif todo:
+        say("estimated time: known after the first candidate")
+    interrupted = False
+    by_name = {c.name: c for c in candidates}
+    for position, entry in enumerate(todo, 1):
+        candidate = by_name[entry["name"]]
+        began = time.monotonic()
+        say(f"[{position}/{len(todo)}] {candidate.name} ({candidate.label}): deploying")
+        entry.update(status="running", started=results.utc_stamp())
+        manifest.save(state, path)
+        interrupts = _Interrupts()
+        previous_handler = signal.signal(signal.SIGINT, interrupts)
+        try:
+            deployed = playbooks.deploy(
+                options.inventory,
+                host,
+                candidate.name,
+                layouts_for_deploy,
+                cancel=lambda i=interrupts: i.count > 1,
+                phase=lambda p, n=candidate.name: note(f"  {n}: {p}"),
+            )
+        finally:
+            signal.signal(signal.SIGINT, previous_handler)
+        if not deployed.ok:
+            entry.update(
+                status="interrupted" if interrupts.count > 1 else "failed_to_start",
+                error=deployed.message,
+                duration_s=round(time.monotonic() - began, 1),
+                finished=results.utc_stamp(),
+            )
+            manifest.save(state, path)
+            say(f"  {candidate.name} did not start: {deployed.message.splitlines()[0] if deployed.message else 'no message'}")
+            if interrupts.stop:
+                interrupted = True
+                break
+            continue
+        entry["load_s"] = deployed.load_s
+        note(f"  {candidate.name}: serving" + (f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else ""))
+        if interrupts.stop:
+            entry["status"] = "interrupted"
+            interrupted = True
+            manifest.save(state, path)
+            break
+        measured = _measure(candidate, entry, options, note, identifier)
+        entry["duration_s"] = round(time.monotonic() - began, 1)
+        # The search's own cost: everything but loading the model and Locust sending requests.
+        entry["overhead_s"] = round(entry["duration_s"] - (deployed.load_s or 0.0) - entry.get("locust_s", 0.0), 1)
+        if measured == "interrupted":
+            entry["status"] = "interrupted"
+            interrupted = True
+            manifest.save(state, path)
+            break
+        manifest.save(state, path)
+        durations.append(entry["duration_s"])
+        left = len(todo) - position
+        scores = entry.get("scores") or {}
+        say(
+            f"  {candidate.name}: {entry['status']}, C=1 {_fig(scores.get('c1'))} tok/s, peak {_fig(scores.get('peak'))} tok/s"
+            f" at C={scores.get('peak_c') or '-'} ({entry.get('stopped') or 'all levels'}); {_minutes(entry['duration_s'])}"
+            + (f"; about {_minutes(sum(durations) / len(durations) * left)} left" if left else "")
+        )
+    state["winners"] = _winners(state, options)
+    if interrupted:
+        manifest.save(state, path)
+        say(f"search interrupted: finished candidates are kept. Resume with the same command (or --resume {identifier}).")
+        return 130
+    state["serving_at_end"] = _leave(state, options, layouts_for_deploy, say)
+    state["finished"] = results.utc_stamp()
+    state["wall_s"] = round(time.monotonic() - started_all, 1)
+    manifest.save(state, path)
+    outputs = search_report.write(state, path, entries)
+    say(search_report.text(state, entries))
+    say(f"manifest {path}\nreport {outputs['markdown']}" + (f"\nplots {outputs['plot']}" if outputs.get("plot") else ""))
+    return 0 if any(e["status"] == "measured" for e in state["candidates"]) else 1
+
+
+def _fig(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _measure(
+    candidate: Candidate, entry: dict[str, Any], options: SearchOptions, note: Callable[[str], None], identifier: str
+) -> str:
+    """Every level on this one launch, lowest first, until the knee or the SLO; one run record for the candidate."""
+    workload = options.workload
+    levels: list[dict[str, Any]] = []
+    server: dict[str, Any] = {}
+    record: dict[str, Any] = {
+        "kind": "sglang-benchmark-run",
+        "started": results.utc_stamp(),
+        "commit": results.project_commit(),
+        "workload": dict(vars(workload)),
+        "endpoint": "",
+        "server_host": options.server_host,
+    }
+    stopped, status, locust_s = "", "complete", 0.0
+    for concurrency in sorted(workload.levels):
+        note(f"  {candidate.name}: level C={concurrency}")
+        sweep = run_sweep(
+            workload.at_levels([concurrency]),
+            server_host=options.server_host,
+            inventory=options.inventory,
+            loadgen=options.loadgen,
+            api_key=options.api_key,
+            progress=lambda _: None,
+        )
+        server = sweep.server or server
+        locust_s += sweep.locust_s
+        levels.extend(sweep.levels)
+        if sweep.status == "interrupted":
+            status = "interrupted"
+            break
+        if not sweep.levels:
+            status, stopped = "failed", f"C={concurrency}: {sweep.error or 'no records'}"
+            break
+        stopped = objectives.stop_reason(levels, knee=options.knee, slo=options.slo)
+        if stopped:
+            break
+    if status == "complete" and any(level.get("status") != "ok" for level in levels):
+        status = "partial" if any(objectives.usable(level) for level in levels) else "failed"
+    usable = any(objectives.usable(level) for level in levels)
+    record.update(
+        status=status,
+        error="" if usable else stopped,
+        levels=levels,
+        server=server,
+        finished=results.utc_stamp(),
+        search={
+            "id": identifier,
+            "candidate": candidate.name,
+            "layout": candidate.layout,
+            "overrides": candidate.overrides,
+            "hash": entry["hash"],
+            "load_s": entry.get("load_s"),
+            "stopped": stopped,
+        },
+    )
+    if levels:
+        saved = results.save_record(record, options.results_dir, options.server_host, candidate.name)
+        entry["record"] = str(saved)
+    entry.update(
+        locust_s=round(locust_s, 1),
+        levels_run=[level["concurrency"] for level in levels],
+        stopped=stopped,
+        finished=results.utc_stamp(),
+        scores=objectives.scores(levels, options.slo),
+        curve=_curve(levels),
+    )
+    if status == "interrupted":
+        return "interrupted"
+    entry["status"] = "measured" if usable else "failed_requests"
+    if not usable:
+        entry["error"] = stopped or "no request completed"
+    return entry["status"]
+
+
+def _curve(levels: list[dict[str, Any]]) -> list[list[float]]:
+    """(C, aggregate tok/s, tok/s per request p50) per usable level: what the plots draw."""
+    return [[lv["concurrency"], lv["aggregate_tok_s"], lv["decode_tok_s"]["p50"]] for lv in levels if objectives.usable(lv)]
+
+
+def _winners(state: dict[str, Any], options: SearchOptions) -> dict[str, Any]:
+    measured = {e["name"]: e.get("scores") or {} for e in state["candidates"] if e["status"] == "measured"}
+    found = {}
+    for objective in objectives.OBJECTIVES:
+        best = objectives.winner(measured, objective, clear_margin=options.clear_margin)
+        if best is not None:
+            found[objective] = {**vars(best), "sentence": best.sentence()}
+    return found
+
+
+def _leave(state: dict[str, Any], options: SearchOptions, layouts: dict[str, Any], say: Callable[[str], None]) -> str:
+    """Deploy what the user asked to be serving at the end: the winner, the layout from before, or nothing changed."""
+    if options.leave == "none":
+        return "as the search left it"
+    if options.leave == "best":
+        best = state["winners"].get(options.objective) or state["winners"].get("peak") or state["winners"].get("c1")
+        target = best["name"] if best else ""
+        why = f"the {options.objective} winner"
+    else:
+        target, why = state.get("original_layout") or "", "the layout serving before the search"
+    if not target:
+        say(f"leaving the box as it is: no {why}")
+        return "as the search left it"
+    say(f"leaving {target} serving ({why}): deploy.yml -e layout={target}")
+    done = playbooks.deploy(options.inventory, options.server_host, target, layouts)
+    if not done.ok:
+        say(f"  could not leave {target} serving: {done.message}")
+        return f"failed to deploy {target}"
+    return target
+
+
+def main_search(options: SearchOptions) -> int:
+    try:
+        return run_search(options)
+    except SearchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,127 @@
+"""Search candidates: declared layouts crossed with a grid of server flags (pure).
+
+A candidate is an ordinary layout entry (the declared one with the grid's values merged into its
+args), so every rule of the declaration and of preflight applies to it unchanged. A candidate without
+grid values keeps its layout's name; one with values is named `<layout>-g<hash of the values>`, the
+same for the same values in every search, so its unit and its stored runs are found again.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_layout.errors import DeclarationError
+
+GridValue = str | int | float | bool | None
+_FLAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+MAX_GRID_VALUES = 64
+MAX_CANDIDATES = 512
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    layout: str  # the declared layout it comes from
+    overrides: dict[str, GridValue] = field(default_factory=dict)
+    entry: dict[str, Any] = field(default_factory=dict)  # the layout entry, as sglang_layouts holds it
+
+    @property
+    def label(self) -> str:
+        """`ep8` or `ep8 + max-running-requests=64, num-continuous-decode-steps=8`."""
+        if not self.overrides:
+            return self.layout
+        return f"{self.layout} + " + ", ".join(f"{key}={_text(value)}" for key, value in self.overrides.items())
+
+
+def _text(value: GridValue) -> str:
+    return "drop" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _value(text: str) -> GridValue:
+    """A grid value as the declaration would hold it: true (bare switch), false/none (drop the flag), numbers, words."""
+    lowered = text.lower()
+    if lowered == "true":
+        return True
+    if lowered in ("false", "none", "null", "drop"):
+        return None
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    return text
+
+
+def parse_grid(spec: str) -> tuple[str, tuple[GridValue, ...]]:
+    """`max-running-requests=64,256` -> ('max-running-requests', (64, 256))."""
+    name, sep, values = spec.partition("=")
+    name = name.strip().removeprefix("--")
+    example = "e.g. --grid max-running-requests=64,256"
+    if not sep or not _FLAG.fullmatch(name):
+        raise DeclarationError(
+            f"--grid {spec!r}: write a flag name without dashes, '=', then values separated by commas ({example})"
+        )
+    parsed = tuple(_value(part.strip()) for part in values.split(","))
+    if not values.strip() or any(part.strip() == "" for part in values.split(",")):
+        raise DeclarationError(f"--grid {spec!r}: give at least one value and no empty ones ({example})")
+    if len(parsed) > MAX_GRID_VALUES:
+        raise DeclarationError(f"--grid {spec!r}: at most {MAX_GRID_VALUES} values per flag")
+    if len(set(map(repr, parsed))) != len(parsed):
+        raise DeclarationError(f"--grid {spec!r}: a value is given twice")
+    return name, parsed
+
+
+def candidate_name(layout: str, overrides: Mapping[str, GridValue]) -> str:
+    if not overrides:
+        return layout
+    digest = hashlib.sha256(json.dumps(dict(overrides), sort_keys=True).encode()).hexdigest()[:6]
+    return f"{layout}-g{digest}"
+
+
+def expand(
+    layouts: Mapping[str, Any], chosen: Sequence[str] | None, grid: Sequence[tuple[str, tuple[GridValue, ...]]]
+) -> list[Candidate]:
+    """Each chosen layout (all, in declared order, when None) crossed with every combination of the grid."""
+    names = list(layouts) if chosen is None else list(dict.fromkeys(chosen))
+    unknown = [name for name in names if name not in layouts]
+    if unknown:
+        raise DeclarationError(
+            f"--layouts: {', '.join(map(repr, unknown))} not declared; sglang_layouts has {', '.join(layouts) or 'none'}"
+        )
+    flags = [name for name, _ in grid]
+    if len(set(flags)) != len(flags):
+        raise DeclarationError(f"--grid: a flag is given twice ({', '.join(flags)}); put all its values in one --grid")
+    combos = [dict(zip(flags, values, strict=True)) for values in itertools.product(*(values for _, values in grid))]
+    if len(names) * len(combos) > MAX_CANDIDATES:
+        raise DeclarationError(
+            f"{len(names)} layouts x {len(combos)} grid points = {len(names) * len(combos)} candidates; "
+            f"at most {MAX_CANDIDATES} (choose fewer --layouts or grid values)"
+        )
+    candidates = []
+    for layout in names:
+        for overrides in combos:
+            entry = copy.deepcopy(layouts[layout]) if isinstance(layouts[layout], Mapping) else layouts[layout]
+            name = candidate_name(layout, overrides)
+            if overrides and isinstance(entry, dict):
+                args = entry.get("args") if isinstance(entry.get("args"), Mapping) else {}
+                entry["args"] = {**args, **overrides}
+                described = entry.get("description") or layout
+                entry["description"] = f"{described}; search: " + ", ".join(f"{k}={_text(v)}" for k, v in overrides.items())
+            if overrides and name in layouts:
+                raise DeclarationError(f"candidate {name} ({layout} with {overrides}) has the name of a declared layout")
+            candidates.append(Candidate(name=name, layout=layout, overrides=dict(overrides), entry=entry))
+    return candidates
+
+
+def declaration_hash(entry: Any, shared: Mapping[str, Any]) -> str:
+    """What decides a candidate's server: its entry plus the declaration's shared settings (common args, model, version)."""
+    text = json.dumps({"layout": entry, **shared}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
