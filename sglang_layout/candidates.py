@@ -64,18 +64,17 @@ def parse_grid(spec: str) -> tuple[str, tuple[GridValue, ...]]:
     """`max-running-requests=64,256` -> ('max-running-requests', (64, 256))."""
     name, sep, values = spec.partition("=")
     name = name.strip().removeprefix("--")
-    example = "e.g. --grid max-running-requests=64,256"
+    fix = "write FLAG=V1,V2,... with the flag's name without dashes, e.g. --grid max-running-requests=64,256"
     if not sep or not _FLAG.fullmatch(name):
-        raise DeclarationError(
-            f"--grid {spec!r}: write a flag name without dashes, '=', then values separated by commas ({example})"
-        )
-    parsed = tuple(_value(part.strip()) for part in values.split(","))
-    if not values.strip() or any(part.strip() == "" for part in values.split(",")):
-        raise DeclarationError(f"--grid {spec!r}: give at least one value and no empty ones ({example})")
-    if len(parsed) > MAX_GRID_VALUES:
-        raise DeclarationError(f"--grid {spec!r}: at most {MAX_GRID_VALUES} values per flag")
+        raise DeclarationError("--grid", spec, "not a flag name followed by '=' and values", fix)
+    parts = [part.strip() for part in values.split(",")]
+    if any(part == "" for part in parts):
+        raise DeclarationError("--grid", spec, "an empty value", fix)
+    if len(parts) > MAX_GRID_VALUES:
+        raise DeclarationError("--grid", spec, f"more than {MAX_GRID_VALUES} values", "split the search in several")
+    parsed = tuple(_value(part) for part in parts)
     if len(set(map(repr, parsed))) != len(parsed):
-        raise DeclarationError(f"--grid {spec!r}: a value is given twice")
+        raise DeclarationError("--grid", spec, "a value is given twice", "give each value once")
     return name, parsed
 
 
@@ -94,16 +93,18 @@ def expand(
     unknown = [name for name in names if name not in layouts]
     if unknown:
         raise DeclarationError(
-            f"--layouts: {', '.join(map(repr, unknown))} not declared; sglang_layouts has {', '.join(layouts) or 'none'}"
+            "--layouts", ",".join(unknown), "not declared", f"choose from sglang_layouts: {', '.join(layouts) or 'none'}"
         )
     flags = [name for name, _ in grid]
     if len(set(flags)) != len(flags):
-        raise DeclarationError(f"--grid: a flag is given twice ({', '.join(flags)}); put all its values in one --grid")
+        raise DeclarationError("--grid", ", ".join(flags), "a flag is given twice", "put all its values in one --grid")
     combos = [dict(zip(flags, values, strict=True)) for values in itertools.product(*(values for _, values in grid))]
     if len(names) * len(combos) > MAX_CANDIDATES:
         raise DeclarationError(
-            f"{len(names)} layouts x {len(combos)} grid points = {len(names) * len(combos)} candidates; "
-            f"at most {MAX_CANDIDATES} (choose fewer --layouts or grid values)"
+            "--layouts x --grid",
+            f"{len(names)} layouts x {len(combos)} grid points",
+            f"{len(names) * len(combos)} candidates, more than {MAX_CANDIDATES}",
+            "choose fewer layouts or grid values",
         )
     candidates = []
     for layout in names:
@@ -116,7 +117,9 @@ def expand(
                 described = entry.get("description") or layout
                 entry["description"] = f"{described}; search: " + ", ".join(f"{k}={_text(v)}" for k, v in overrides.items())
             if overrides and name in layouts:
-                raise DeclarationError(f"candidate {name} ({layout} with {overrides}) has the name of a declared layout")
+                raise DeclarationError(
+                    f"sglang_layouts.{name}", name, "a declared layout has the name of a search candidate", "rename it"
+                )
             candidates.append(Candidate(name=name, layout=layout, overrides=dict(overrides), entry=entry))
     return candidates
 

@@ -1,0 +1,211 @@
+"""The layout search's pure parts: candidates, stopping rules, objectives, the manifest and its report."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from benchmarks.search import manifest, objectives
+from benchmarks.search import report as search_report
+from sglang_layout.candidates import candidate_name, declaration_hash, expand, parse_grid
+from sglang_layout.errors import DeclarationError
+from sglang_layout.schema import parse_layouts
+
+LAYOUTS = {
+    "tp8": {"description": "tensor parallel", "tp": 8},
+    "ep8": {"tp": 8, "ep": 8, "args": {"max-running-requests": 128}},
+}
+
+
+def level(concurrency, aggregate, *, per_request=10.0, tpot_p99=20.0, status="ok", completed=8):
+    return {"concurrency": concurrency, "aggregate_tok_s": aggregate, "status": status, "completed": completed,
+            "decode_tok_s": {"p50": per_request}, "tpot_ms": {"p99": tpot_p99}, "ttft_ms": {"p99": 100.0},
+            "itl_ms": {"p99": tpot_p99}, "e2e_ms": {"p99": 1000.0}}  # fmt: skip
+
+
+# --- candidates ---------------------------------------------------------------
+
+
+def test_grid_values_read_as_the_declaration_would_hold_them():
+    assert parse_grid("max-running-requests=64,256") == ("max-running-requests", (64, 256))
+    assert parse_grid("--mem-fraction-static=0.8,0.88") == ("mem-fraction-static", (0.8, 0.88))
+    assert parse_grid("enable-dp-attention=true,false") == ("enable-dp-attention", (True, None))
+    assert parse_grid("moe-a2a-backend=none,deepep") == ("moe-a2a-backend", (None, "deepep"))
+
+
+@pytest.mark.parametrize("spec", ["max-running-requests", "=1,2", "x=", "x=1,,2", "x=1,1", "bad name=1", "x y=1"])
+def test_bad_grid_specs_are_refused_with_an_example(spec):
+    with pytest.raises(DeclarationError, match="--grid"):
+        parse_grid(spec)
+
+
+def test_every_layout_is_crossed_with_every_grid_point_and_keeps_its_own_args():
+    grid = [parse_grid("max-running-requests=64,256"), parse_grid("num-continuous-decode-steps=1,8")]
+    candidates = expand(LAYOUTS, None, grid)
+    assert len(candidates) == 8
+    assert [c.layout for c in candidates] == ["tp8"] * 4 + ["ep8"] * 4
+    ep8 = [c for c in candidates if c.layout == "ep8"]
+    assert {c.entry["args"]["max-running-requests"] for c in ep8} == {64, 256}  # the grid overrides the layout's own
+    assert all(c.entry["ep"] == 8 and c.entry["tp"] == 8 for c in ep8)
+    assert LAYOUTS["ep8"]["args"] == {"max-running-requests": 128}  # the declaration is not touched
+    assert len({c.name for c in candidates}) == 8
+    assert all(c.name.startswith(f"{c.layout}-g") for c in candidates)
+    assert "search: max-running-requests=64" in candidates[0].entry["description"]
+
+
+def test_without_a_grid_the_candidates_are_the_declared_layouts_by_name():
+    candidates = expand(LAYOUTS, ["ep8"], [])
+    assert [(c.name, c.label, c.entry) for c in candidates] == [("ep8", "ep8", LAYOUTS["ep8"])]
+
+
+def test_candidate_names_are_stable_and_valid_layout_names():
+    first = candidate_name("ep8", {"max-running-requests": 64, "num-continuous-decode-steps": 8})
+    again = candidate_name("ep8", {"num-continuous-decode-steps": 8, "max-running-requests": 64})
+    assert first == again != candidate_name("ep8", {"max-running-requests": 256})
+    layouts = parse_layouts({c.name: c.entry for c in expand(LAYOUTS, None, [parse_grid("max-running-requests=64,256")])})
+    assert len(layouts) == 4
+
+
+def test_unknown_layouts_and_repeated_flags_are_refused():
+    with pytest.raises(DeclarationError, match=re.escape("'ep4': not declared. Fix: choose from sglang_layouts: tp8, ep8")):
+        expand(LAYOUTS, ["ep4"], [])
+    with pytest.raises(DeclarationError, match="given twice"):
+        expand(LAYOUTS, None, [parse_grid("x=1"), parse_grid("x=2")])
+
+
+def test_a_grid_flag_that_smuggles_a_reserved_flag_is_refused_by_the_declaration_rules():
+    candidates = expand(LAYOUTS, ["ep8"], [parse_grid("port=1234")])
+    with pytest.raises(DeclarationError, match="port"):
+        parse_layouts({c.name: c.entry for c in candidates})
+
+
+def test_the_declaration_hash_follows_what_decides_the_server():
+    shared = {"sglang_common_args": {"context-length": 32768}, "sglang_version": "0.5.23"}
+    base = declaration_hash(LAYOUTS["ep8"], shared)
+    assert base == declaration_hash(json.loads(json.dumps(LAYOUTS["ep8"])), dict(shared))
+    assert base != declaration_hash(LAYOUTS["ep8"], {**shared, "sglang_version": "0.5.24"})
+    assert base != declaration_hash({**LAYOUTS["ep8"], "ep": 4}, shared)
+
+
+# --- stopping and objectives ------------------------------------------------------
+
+
+def test_levels_stop_at_the_knee():
+    assert objectives.stop_reason([level(1, 60), level(16, 900)], knee=0.05, slo=[]) == ""
+    reason = objectives.stop_reason([level(1, 60), level(16, 900), level(64, 930)], knee=0.05, slo=[])
+    assert reason == "knee: C=64 gained +3.3% over C=16"
+    assert objectives.stop_reason([level(16, 900), level(64, 930)], knee=0.0, slo=[]) == ""
+
+
+def test_levels_stop_when_the_slo_breaks_or_a_level_fails():
+    slo = [objectives.parse_slo("tpot_p99=50")]
+    assert objectives.stop_reason([level(16, 900, tpot_p99=49.0)], knee=0.05, slo=slo) == ""
+    assert "broke the SLO (tpot_p99)" in objectives.stop_reason([level(64, 2000, tpot_p99=51.0)], knee=0.05, slo=slo)
+    assert objectives.stop_reason([level(64, 0, status="failed", completed=0)], knee=0.05, slo=[]) == "C=64 failed"
+
+
+@pytest.mark.parametrize("text", ["tpot=50", "tpot_p99", "latency_p99=5", "tpot_p98=5", "tpot_p99=-1"])
+def test_bad_slo_bounds_are_refused(text):
+    with pytest.raises(ValueError, match="METRIC_STAT=MS"):
+        objectives.parse_slo(text)
+
+
+def test_scores_per_objective():
+    slo = [objectives.parse_slo("tpot_p99=50")]
+    levels = [level(1, 65, per_request=65.0, tpot_p99=16), level(16, 900, tpot_p99=40), level(64, 960, tpot_p99=70)]
+    assert objectives.scores(levels, slo) == {"c1": 65.0, "peak": 960, "peak_c": 64, "capacity": 900, "capacity_c": 16}
+    assert objectives.scores(levels[1:], [])["c1"] is None
+
+
+def test_the_winner_is_clear_only_beyond_the_margin():
+    scores = {"ep8": {"peak": 961.0}, "ep4": {"peak": 1531.0}, "tp8": {"peak": 808.0}, "bad": {"peak": None}}
+    best = objectives.winner(scores, "peak", clear_margin=0.05)
+    assert (best.name, best.runner_up, best.clear) == ("ep4", "ep8", True)
+    assert best.margin == pytest.approx(1531 / 961 - 1)
+    close = objectives.winner({"a": {"c1": 65.0}, "b": {"c1": 64.0}}, "c1", clear_margin=0.05)
+    assert (close.name, close.clear) == ("a", False) and "not clear" in close.sentence()
+    assert objectives.winner({"a": {"c1": None}}, "c1", clear_margin=0.05) is None
+
+
+def test_the_pareto_front_keeps_only_undominated_points():
+    points = [("a", 100, 60), ("b", 900, 50), ("c", 800, 40), ("d", 1500, 20), ("e", 1400, 10)]
+    assert [p[0] for p in objectives.pareto_front(points)] == ["a", "b", "d"]
+
+
+# --- the manifest ---------------------------------------------------------------
+
+
+def test_the_search_id_depends_on_host_candidates_and_workload():
+    base = manifest.search_id("box", ["h1", "h2"], {"levels": [1, 16]})
+    assert base == manifest.search_id("box", ["h1", "h2"], {"levels": [1, 16]})
+    assert base != manifest.search_id("box", ["h1"], {"levels": [1, 16]})
+    assert base != manifest.search_id("box", ["h1", "h2"], {"levels": [1, 64]})
+    assert base != manifest.search_id("other", ["h1", "h2"], {"levels": [1, 16]})
+
+
+def test_the_manifest_is_replaced_whole_and_keeps_no_secret(tmp_path):
+    path = manifest.path_for(tmp_path, "box/../x", "abc")
+    assert path.parent == tmp_path / "box_.._x" / "searches"
+    state = {"kind": manifest.KIND, "id": "abc", "candidates": [], "server": {"api_key": "s3cret"}}
+    manifest.save(state, path)
+    manifest.save({**state, "candidates": [{"name": "ep8"}]}, path)
+    assert manifest.load(path)["candidates"] == [{"name": "ep8"}]
+    assert "s3cret" not in path.read_text()
+    assert [p.name for p in path.parent.iterdir()] == ["abc.json"]  # no partial file left
+
+
+def test_a_file_that_is_not_a_manifest_is_named_not_overwritten(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=re.escape("m.json: not a readable search manifest")):
+        manifest.load(path)
+    path.write_text(json.dumps({"kind": "sglang-benchmark-run"}))
+    with pytest.raises(ValueError, match="not a search manifest"):
+        manifest.load(path)
+    assert manifest.load(tmp_path / "none.json") is None
+
+
+def test_resume_keeps_finished_candidates_of_the_same_declaration_only(tmp_path):
+    record = tmp_path / "run.json"
+    record.write_text("{}")
+    previous = {"candidates": [
+        {"name": "ep8", "hash": "h1", "status": "measured", "record": str(record)},
+        {"name": "tp8", "hash": "h2", "status": "running"},
+        {"name": "pp8", "hash": "h3", "status": "failed_to_start", "error": "OOM"},
+        {"name": "ep4", "hash": "h4", "status": "measured", "record": str(tmp_path / "gone.json")},
+    ]}  # fmt: skip
+    assert manifest.kept(previous, "ep8", "h1")["status"] == "measured"
+    assert manifest.kept(previous, "ep8", "changed") is None  # the declaration changed: measure again
+    assert manifest.kept(previous, "tp8", "h2") is None  # was in progress when the controller died
+    assert manifest.kept(previous, "pp8", "h3")["error"] == "OOM"
+    assert manifest.kept(previous, "ep4", "h4") is None  # its record is gone
+    assert manifest.kept(None, "ep8", "h1") is None
+
+
+# --- the report -------------------------------------------------------------------
+
+
+def _state():
+    candidates = [
+        {"name": "ep8", "label": "ep8", "status": "measured", "load_s": 2.0, "levels_run": [1, 16], "overhead_s": 4.0,
+         "scores": {"c1": 65.0, "peak": 961.0, "peak_c": 16}, "curve": [[1, 65.0, 65.0], [16, 961.0, 60.0]]},
+        {"name": "tp2ep4", "label": "tp2ep4", "status": "refused", "reasons": ["ep 4 does not divide tp 2"]},
+    ]  # fmt: skip
+    workload = {"levels": [1, 16, 64], "endpoint": "chat", "input_tokens": 128, "output_tokens": 64}
+    winners = {"peak": {"name": "ep8", "sentence": "peak: ep8 (...)"}}
+    return {"id": "abc", "host": "box", "objective": "peak", "knee": 0.05, "slo": [], "candidates": candidates,
+            "workload": workload, "winners": winners, "wall_s": 30.0, "serving_at_end": "ep8"}  # fmt: skip
+
+
+def test_the_report_names_winners_refusals_and_what_was_saved(tmp_path):
+    entries = {"ep8": {"tp": 8, "ep": 8}}
+    text = search_report.text(_state(), entries)
+    assert "refused: ep 4 does not divide tp 2" in text and "winner peak: ep8" in text
+    assert "1 launched, 1 refused by preflight" in text and "2 of 3 levels measured" in text
+    assert "4.0 s per candidate" in text
+    assert "sglang_layouts:\n  ep8:\n    tp: 8\n    ep: 8" in text
+    outputs = search_report.write(_state(), tmp_path / "abc.json", entries)
+    assert outputs["plot"].read_bytes()[:4] == b"\x89PNG"
+    assert "![curves](abc.png)" in outputs["markdown"].read_text()
