@@ -2,8 +2,12 @@
 edges are stand-ins (nvidia-smi, NVIDIA's apt repo, the sglang package), showing the whole path:
 
 preflight -> provision -> deploy ep8 -> deploy again (no change) -> benchmark ep8 -> swap to tp8 ->
-benchmark tp8 -> a refused layout (tp2ep4) -> the same layout forced with preflight off: crash
-diagnosed, tp8 back -> status -> the two layouts compared side by side.
+a refused layout (tp2ep4) -> the same layout forced with preflight off: crash diagnosed, tp8 back ->
+status -> the layout search over every declared layout (refusals, one launch each, winners, the
+winner left serving) -> the runs compared side by side.
+
+REHEARSAL_SIMULATION=FILE replaces the simulated box (GPUs, weights, token clocks per layout; the
+stand-in's schema), to check that the search follows the clock, not the layout names.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tests.rehearsal import box as boxes
 from tests.rehearsal.playbook import REPO, PlaybookRun, run_playbook
 
 LEVELS = "1,8,32"
+SEARCH_LEVELS = "1,16,64"
 OFFLINE_PREFLIGHT = {"layout": "ep8", "gpu_count": 8, "gpu_memory_gib": 94.97, "model_config_path": str(gpu_host.KIMI_CONFIG),
                      "flag_table_path": str(REPO / "tests" / "data" / "sglang-0.5.23-flags.json")}  # fmt: skip
 
@@ -50,6 +55,14 @@ def report(run: PlaybookRun, host: str, started: float) -> str:
 
 def main() -> int:
     checks: list[bool] = []
+    simulation = None
+    if os.environ.get("REHEARSAL_SIMULATION"):
+        try:
+            simulation = gpu_host.read_simulation(Path(os.environ["REHEARSAL_SIMULATION"]))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"simulated box from {os.environ['REHEARSAL_SIMULATION']}")
     step("preflight on the controller, no host: ansible-playbook playbooks/preflight.yml -e layout=ep8 ...")
     started = time.monotonic()
     run = run_playbook("playbooks/preflight.yml", REPO / "inventory" / "hosts.yml", OFFLINE_PREFLIGHT)
@@ -62,7 +75,7 @@ def main() -> int:
         started = time.monotonic()
         with boxes.running_box() as box:
             port = boxes.free_port()
-            inventory = gpu_host.prepare(box, Path(tmp) / "inventory", repo.base_url, **gpu_host.serving_vars(port))
+            inventory = gpu_host.prepare(box, Path(tmp) / "inventory", repo.base_url, simulation, **gpu_host.serving_vars(port))
             print(f"{box.name} up in {time.monotonic() - started:.1f} s; the server will listen on 127.0.0.1:{port}")
 
             def play(title: str, playbook: str, *options: str) -> PlaybookRun:
@@ -92,7 +105,7 @@ def main() -> int:
             for layout, again in (("ep8", False), ("ep8", True), ("tp8", False)):
                 done = play(f"deploy {layout}" + (" again" if again else ""), "deploy.yml", "-e", f"layout={layout}")
                 checks.append(done.returncode == 0 and (done.changed(box.name) == 0 or not again))
-                if done.returncode == 0 and not again:
+                if done.returncode == 0 and layout == "ep8" and not again:
                     checks.append(benchmark(layout))
 
             done = play("deploy tp2ep4 (refused by preflight, tp8 untouched)", "deploy.yml", "-e", "layout=tp2ep4")
@@ -108,10 +121,19 @@ def main() -> int:
             print("\n".join(debug_lines(done, "Status | Report")))
             checks.append(done.returncode == 0 and "active layout: tp8" in done.stdout)
 
-            step(f"the layouts side by side: python -m benchmarks compare {results}")
+            step(f"the layout search: python -m benchmarks search --server-host {box.name} --levels {SEARCH_LEVELS}")
+            argv = [sys.executable, "-m", "benchmarks", "search", "--server-host", box.name, "--inventory", str(inventory),
+                    "--levels", SEARCH_LEVELS, "--output-tokens", "32", "--rounds", "2", "--min-requests", "4",
+                    "--metrics-interval", "0", "--results-dir", str(results)]  # fmt: skip
+            env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+            checks.append(subprocess.run(argv, cwd=REPO, env=env, check=False).returncode == 0)
+            if simulation is None:
+                print("(the simulated box follows the field notes' table: per request at C=1 EP8 65, PP8 37, TP8 26.3 tok/s;"
+                      " peak aggregate EP4 1,531, EP8 961, TP8 808, PP8 396)")  # fmt: skip
+
+            step(f"every run side by side: python -m benchmarks compare {results}")
             compared = subprocess.run([sys.executable, "-m", "benchmarks", "compare", str(results)], cwd=REPO, check=False)
             checks.append(compared.returncode == 0)
-            print("(stand-in clock: ep8 64.9 tok/s per request, tp8 26.3: the field notes' C=1 figures)")
         step("box torn down")
     print("rehearsal: " + ("every step behaved as expected" if all(checks) else f"UNEXPECTED results: {checks}"))
     return 0 if all(checks) else 1

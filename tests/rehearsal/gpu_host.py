@@ -6,6 +6,9 @@ playbooks and roles run unchanged against it.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -39,10 +42,26 @@ def serving_vars(port: int) -> dict[str, object]:
             "sglang_service_health_interval": 0.5, "sglang_service_health_timeout": 60}  # fmt: skip
 
 
-def prepare(box: boxes.Box, directory: Path, repo_base_url: str, **host_vars: object) -> Path:
-    """Stand-in edges on the box, the model's config.json in place, and an inventory for it."""
-    standin.make_gpu_host(box.root, **GPU_HOST)
+def prepare(box: boxes.Box, directory: Path, repo_base_url: str, simulation: dict | None = None, **host_vars: object) -> Path:
+    """Stand-in edges on the box (simulating GPU_HOST unless told otherwise), the model's config.json, an inventory."""
+    standin.make_gpu_host(box.root, **(GPU_HOST if simulation is None else simulation))
     model = box.root / MODEL_PATH.lstrip("/")
     model.mkdir(parents=True, exist_ok=True)
     shutil.copy(KIMI_CONFIG, model / "config.json")
     return write_inventory(box, directory, **{**standin.provision_vars(repo_base_url), **host_vars})
+
+
+def read_simulation(path: Path) -> dict:
+    """A simulation file (the stand-in's schema: tests/standins/sglang/sglang/simulation.py), checked before any box starts."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"REHEARSAL_SIMULATION={path}: not a readable JSON file ({exc})") from exc
+    spec = importlib.util.spec_from_file_location("standin_simulation", standin.SOURCE / "sglang" / "simulation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    known = {item.name for item in dataclasses.fields(module.Simulation)}
+    if not isinstance(data, dict) or set(data) - known:
+        unknown = ", ".join(sorted(set(data) - known)) if isinstance(data, dict) else "not an object"
+        raise ValueError(f"REHEARSAL_SIMULATION={path}: {unknown}; the fields are {', '.join(sorted(known))}")
+    return data

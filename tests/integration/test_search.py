@@ -1,0 +1,162 @@
+"""The layout search on the rehearsal box, through the real playbooks, against the stand-in's known clock.
+
+The simulated box follows the field notes' table (tests/rehearsal/gpu_host.py): the search must refuse
+TP4 EP2 and TP2 EP4 without launching them, find EP8 best at C=1 and EP4 best at peak, leave the winner
+serving, and survive a controller killed mid-search without measuring a candidate twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.rehearsal.gpu_host import GPU_HOST, true_decode_tok_s
+from tests.rehearsal.playbook import REPO
+
+WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0")
+KEYS = {"tp8": "tp8-ep1-pp1-dp1", "pp8": "tp1-ep1-pp8-dp1", "ep8": "tp8-ep8-pp1-dp1", "ep8-tuned": "tp8-ep8-pp1-dp1",
+        "ep4": "tp8-ep4-pp1-dp1"}  # fmt: skip
+
+
+def search_argv(provisioned, results: Path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "benchmarks", "search", "--server-host", provisioned.box.name, "--inventory",
+            str(provisioned.inventory), "--results-dir", str(results), *WORKLOAD, *options]  # fmt: skip
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
+def search(provisioned, results: Path, *options: str) -> subprocess.CompletedProcess:
+    argv = search_argv(provisioned, results, *options)
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env(), timeout=1200, check=False)
+
+
+def the_manifest(results: Path) -> dict:
+    (path,) = results.glob("*/searches/*.json")
+    return json.loads(path.read_text())
+
+
+def serving(provisioned) -> str:
+    fact = provisioned.box.root / "etc" / "ansible" / "facts.d" / "sglang_service.fact"
+    return json.loads(fact.read_text())["active_layout"]
+
+
+def records(results: Path, candidate: str) -> list[Path]:
+    return [p for p in results.glob(f"*/{candidate}/*.json") if not p.name.startswith(".")]
+
+
+@pytest.fixture(scope="module")
+def searched(provisioned, tmp_path_factory):
+    results = tmp_path_factory.mktemp("search")
+    done = search(provisioned, results, "--levels", "1,16,64")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    return done, results, the_manifest(results)
+
+
+def test_preflight_refuses_the_field_failures_and_they_are_never_launched(searched):
+    done, results, state = searched
+    by_name = {entry["name"]: entry for entry in state["candidates"]}
+    assert by_name["tp4ep2"]["status"] == "refused" and "out of memory" in " ".join(by_name["tp4ep2"]["reasons"])
+    assert by_name["tp2ep4"]["status"] == "refused" and "ep 4 does not divide tp 2" in " ".join(by_name["tp2ep4"]["reasons"])
+    for name in ("tp4ep2", "tp2ep4"):
+        assert f"{name} ({name}): deploying" not in done.stdout
+        assert not records(results, name)
+    assert {name for name, entry in by_name.items() if entry["status"] == "measured"} == set(KEYS)
+
+
+def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
+    _, results, state = searched
+    for entry in state["candidates"]:
+        if entry["status"] != "measured":
+            continue
+        key = KEYS[entry["name"]]
+        assert entry["scores"]["c1"] == pytest.approx(true_decode_tok_s(key, 1), rel=0.02), entry["name"]
+        roofline = GPU_HOST["peak_tok_s"].get(key, GPU_HOST["peak_tok_s"]["default"])
+        assert entry["scores"]["peak"] == pytest.approx(roofline, rel=0.04), entry["name"]
+        assert entry["load_s"] >= GPU_HOST["load_seconds"]
+        assert len(records(results, entry["name"])) == 1  # one launch, one run record with all its levels
+
+
+def test_the_winners_follow_the_clock_and_the_peak_winner_is_left_serving(searched, provisioned):
+    done, _, state = searched
+    assert state["winners"]["c1"]["name"] in ("ep8", "ep8-tuned")  # the same EP8 clock: a tie, said to be unclear
+    assert state["winners"]["peak"]["name"] == "ep4" and state["winners"]["peak"]["clear"]
+    assert state["winners"]["peak"]["runner_up"] in ("ep8", "ep8-tuned")
+    assert state["serving_at_end"] == "ep4" == serving(provisioned)
+    assert "sglang_layouts:\n  ep4:\n" in done.stdout and "winner peak: ep4" in done.stdout
+
+
+def test_the_knee_skips_levels_past_saturation(searched):
+    _, _, state = searched
+    by_name = {entry["name"]: entry for entry in state["candidates"]}
+    # PP8 saturates at 396 tok/s by C=16 (37 tok/s x 16 > 396): C=64 adds nothing, and the knee says so.
+    assert by_name["pp8"]["stopped"].startswith("knee: C=64 gained")
+
+
+def test_the_report_and_compare_read_the_search(searched):
+    _, results, _ = searched
+    (markdown,) = results.glob("*/searches/*.md")
+    assert "## Winners" in markdown.read_text() and markdown.with_suffix(".png").stat().st_size > 10_000
+    compared = subprocess.run([sys.executable, "-m", "benchmarks", "compare", str(results)], cwd=REPO, capture_output=True,
+                              text=True, env=env(), check=False)  # fmt: skip
+    assert compared.returncode == 0, compared.stderr
+    assert all(name in compared.stdout for name in KEYS) and "skipped" not in compared.stdout + compared.stderr
+
+
+def test_running_the_same_search_again_launches_nothing(searched, provisioned):
+    _, results, state = searched
+    again = search(provisioned, results, "--levels", "1,16,64")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "0 to launch, 2 refused by preflight, 5 kept from the earlier run" in again.stdout
+    assert the_manifest(results)["id"] == state["id"]
+    assert all(len(records(results, name)) == 1 for name in KEYS)
+
+
+def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned, tmp_path):
+    assert provisioned.playbook("deploy.yml", "-e", "layout=tp8").returncode == 0
+    results = tmp_path / "results"
+    options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--levels", "1,16", "--leave", "original")
+    process = subprocess.Popen(search_argv(provisioned, results, *options), cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    first = ""
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        found = list(results.glob("*/searches/*.json"))
+        statuses = [(e["name"], e["status"]) for e in json.loads(found[0].read_text())["candidates"]] if found else []
+        if len(statuses) == 2 and statuses[0][1] == "measured" and statuses[1][1] == "running":
+            first = statuses[0][0]
+            break
+    assert first, "the search never got to its second candidate"
+    # The controller dies with everything it started (as when its machine goes down): no clean-up runs.
+    victims = [process.pid, *(child.pid for child in psutil.Process(process.pid).children(recursive=True))]
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+    resumed = search(provisioned, results, *options)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    assert "1 to launch, 0 refused by preflight, 1 kept from the earlier run" in resumed.stdout
+    state = the_manifest(results)
+    assert [e["status"] for e in state["candidates"]] == ["measured", "measured"]
+    assert len(records(results, first)) == 1  # measured once, before the kill
+    second = state["candidates"][1]["name"]
+    assert len(records(results, second)) == 1
+    # max-running-requests 8 queues half of C=16: 8 x 65 = 519 tok/s; 64 lets all 16 run up to the 961 roofline.
+    peaks = {e["overrides"]["max-running-requests"]: e["scores"]["peak"] for e in state["candidates"]}
+    assert peaks[8] == pytest.approx(8 * true_decode_tok_s("tp8-ep8-pp1-dp1", 8), rel=0.04)
+    assert peaks[64] == pytest.approx(GPU_HOST["peak_tok_s"]["tp8-ep8-pp1-dp1"], rel=0.04)
+    deeper = next(e["name"] for e in state["candidates"] if e["overrides"]["max-running-requests"] == 64)
+    assert state["winners"]["peak"]["name"] == deeper
+    assert state["original_layout"] == "tp8" and state["serving_at_end"] == "tp8" == serving(provisioned)
