@@ -118,6 +118,7 @@ class DeployResult:
     ok: bool
     load_s: float | None  # start to healthy; None when the layout was already serving
     message: str  # the diagnosis and rollback when it failed
+    gpu_used_mib: int | None = None  # what the new layout holds on its GPUs, when nvidia-smi is there
 
 
 def deploy(
@@ -150,5 +151,11 @@ def deploy(
     if runner.status == "successful":
         load = swap.get("load_s")
         swapped = str(swap.get("swapped")).lower() == "true"
-        return DeployResult(True, float(load) if swapped and load not in (None, "") else None, "")
+        used = swap.get("gpu_used_mib")
+        return DeployResult(
+            True,
+            float(load) if swapped and load not in (None, "") else None,
+            "",
+            int(used) if swapped and str(used).isdigit() else None,
+        )
     return DeployResult(False, None, _failure(events, f"deploy.yml ended {runner.status}"))

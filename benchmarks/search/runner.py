@@ -206,6 +206,7 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
                 break
             continue
         entry["load_s"] = deployed.load_s
+        entry["gpu_used_mib"] = deployed.gpu_used_mib
         note(f"  {candidate.name}: serving" + (f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else ""))
         if interrupts.stop:
             entry["status"] = "interrupted"

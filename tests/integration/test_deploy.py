@@ -79,6 +79,26 @@ def test_swap_to_tp8_leaves_exactly_one_layout_active_and_enabled(provisioned):
     assert state(provisioned.box, "ep8") == ("inactive", "disabled")
 
 
+def test_gpus_held_outside_the_project_refuse_the_swap_before_anything_stops(provisioned):
+    box = provisioned.box
+    # A server started by hand on GPU 0-3: the stand-in nvidia-smi lists any `sglang.launch_server` process.
+    box.run("sudo", "systemd-run", "--unit=by-hand-server", "--setenv=CUDA_VISIBLE_DEVICES=0,1,2,3",
+            "python3", "-c", "import time; time.sleep(600)", "sglang.launch_server")  # fmt: skip
+    try:
+        refused = deploy(provisioned, "ep8")
+        assert refused.returncode != 0
+        assert "GPU 0,1,2,3,4,5,6,7 are in use by pid" in refused.stdout, refused.stdout[-3000:]
+        assert "on GPU 0,1,2,3 holding" in refused.stdout and "outside this project's units" in refused.stdout
+        assert refused.changed(box.name) == 0
+        serving_only(box, provisioned.port, "tp8")
+    finally:
+        box.run("sudo", "systemctl", "stop", "by-hand-server", check=False)
+    # With the holder gone, the swap goes through (and back, for the tests that follow).
+    assert deploy(provisioned, "ep8").returncode == 0
+    assert deploy(provisioned, "tp8").returncode == 0
+    serving_only(box, provisioned.port, "tp8")
+
+
 @pytest.mark.parametrize(
     ("layout", "reasons"),
     [

@@ -84,6 +84,8 @@ def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
         roofline = GPU_HOST["peak_tok_s"].get(key, GPU_HOST["peak_tok_s"]["default"])
         assert entry["scores"]["peak"] == pytest.approx(roofline, rel=0.04), entry["name"]
         assert entry["load_s"] >= GPU_HOST["load_seconds"]
+        # The stand-in nvidia-smi: each of the 8 GPUs 88% held (--mem-fraction-static 0.88), as SGLang reserves it.
+        assert entry["gpu_used_mib"] == pytest.approx(8 * 0.88 * GPU_HOST["gpu_memory_gib"] * 1024, rel=0.01)
         assert len(records(results, entry["name"])) == 1  # one launch, one run record with all its levels
 
 
