@@ -124,6 +124,9 @@ def command_search(args: argparse.Namespace) -> int:
     if args.objective == "capacity" and not args.slo:
         print("error: --objective capacity needs at least one --slo bound, e.g. --slo tpot_p99=50", file=sys.stderr)
         return 2
+    if args.objective == "goodput" and not args.goodput:
+        print("error: --objective goodput needs --goodput bounds, e.g. --goodput ttft:2000 tpot:50", file=sys.stderr)
+        return 2
     layouts = None if args.layouts.strip() in ("", "all") else [n.strip() for n in args.layouts.split(",") if n.strip()]
     options = SearchOptions(server_host=args.server_host, inventory=args.inventory, workload=Workload.from_cli_args(args),
                             results_dir=args.results_dir, layouts=layouts, grid=grid, objective=args.objective, slo=args.slo,

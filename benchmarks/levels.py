@@ -34,12 +34,14 @@ def server_samples(samples: list[dict[str, float]], window: tuple[float, float] 
             "samples": len(inside)}  # fmt: skip
 
 
-def summarize_level(concurrency: int, path: Path, run: dict[str, Any] | None, requested: int) -> dict[str, Any]:
+def summarize_level(
+    concurrency: int, path: Path, run: dict[str, Any] | None, requested: int, goodput: dict[str, float] | None = None
+) -> dict[str, Any]:
     if not path.exists():
         reason = (run or {}).get("stderr", "").strip().splitlines()[-1:] or ["no records came back"]
         return {"concurrency": concurrency, "status": "failed", "error": reason[0][:300], "completed": 0, "failed": 0}
     records, samples = read_level(path)
-    figures = level_metrics(records, concurrency)
+    figures = level_metrics(records, concurrency, goodput)
     figures["server_metrics"] = server_samples(samples, window(records))
     if figures["completed"] == 0:
         status = "failed"

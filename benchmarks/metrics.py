@@ -71,7 +71,42 @@ def _overlap(start: float, end: float, lo: float, hi: float) -> float:
     return max(0.0, min(end, hi) - max(start, lo))
 
 
-def level_metrics(records: Sequence[RequestRecord], concurrency: int) -> dict[str, Any]:
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")  # vLLM's names for --goodput bounds, in milliseconds
+
+
+def request_latencies(record: RequestRecord) -> dict[str, float | None]:
+    """One request's TTFT, TPOT (time per output token after the first) and end-to-end latency, in ms."""
+    ttft = (record.first_token - record.sent) * 1000 if record.first_token is not None else None
+    tokens = output_tokens(record)
+    tpot = (record.end - record.first_token) * 1000 / (tokens - 1) if record.first_token is not None and tokens > 1 else None
+    return {"ttft": ttft, "tpot": tpot, "e2el": (record.end - record.sent) * 1000}
+
+
+def is_good(record: RequestRecord, bounds: dict[str, float]) -> bool:
+    """Completed and within every bound (a bound on a figure the request does not have is not met)."""
+    if not record.ok:
+        return False
+    latencies = request_latencies(record)
+    return all(latencies[name] is not None and latencies[name] <= limit for name, limit in bounds.items())
+
+
+def goodput(records: Sequence[RequestRecord], bounds: dict[str, float], span: tuple[float, float]) -> dict[str, Any]:
+    """Of the measured requests: how many met every bound, per second and as output tokens per second."""
+    measured = [r for r in records if r.phase == "measured"]
+    good = [r for r in measured if is_good(r, bounds)]
+    duration = span[1] - span[0]
+    return {
+        "bounds_ms": dict(bounds),
+        "good_requests": len(good),
+        "good_fraction": len(good) / len(measured) if measured else 0.0,
+        "good_request_rate": len(good) / duration if duration > 0 else 0.0,
+        "good_tok_s": sum(output_tokens(r) for r in good) / duration if duration > 0 else 0.0,
+    }
+
+
+def level_metrics(
+    records: Sequence[RequestRecord], concurrency: int, goodput_bounds: dict[str, float] | None = None
+) -> dict[str, Any]:
     """Every figure of one concurrency level, plus the same under SGLang bench_serving's key names."""
     measured = [r for r in records if r.phase == "measured"]
     completed = [r for r in measured if r.ok]
@@ -94,11 +129,7 @@ def level_metrics(records: Sequence[RequestRecord], concurrency: int) -> dict[st
     ttft = [(r.first_token - r.sent) * 1000 for r in completed if r.first_token is not None]
     e2e = [(r.end - r.sent) * 1000 for r in completed]
     itl = [gap * 1000 for r in completed for gap in inter_token_gaps(r)]
-    tpot = [
-        (r.end - r.first_token) * 1000 / (output_tokens(r) - 1)
-        for r in completed
-        if r.first_token is not None and output_tokens(r) > 1
-    ]
+    tpot = [value for r in completed if (value := request_latencies(r)["tpot"]) is not None]
     rates = [rate for r in completed if (rate := decode_rate(r)) is not None]
     achieved = sum(_overlap(r.sent, r.end or hi, lo, hi) for r in records) / duration
     result.update(
@@ -120,6 +151,8 @@ def level_metrics(records: Sequence[RequestRecord], concurrency: int) -> dict[st
         # How each request's tokens per chunk were known; "spread" means ITL is an even share, not exact.
         count_sources=dict(Counter(r.count_source or "unknown" for r in completed)),
     )
+    if goodput_bounds:
+        result["goodput"] = goodput(records, goodput_bounds, span)
     result["bench_serving"] = bench_serving_keys(result)
     return result
 

@@ -23,7 +23,21 @@ def level_table(levels: list[dict[str, Any]]) -> str:
             number(level["ttft_ms"]["p99"]), number(level["itl_ms"]["p50"], 2), number(level["itl_ms"]["p99"], 2),
             number(level["e2e_ms"]["p50"], 0), number(level["achieved_concurrency"], 1), number(server),
         ))  # fmt: skip
-    lines = [tables.text_table(header, rows, right_aligned=True)]
+    if any("goodput" in level for level in levels):
+        header = (*header, "good %", "good req/s", "good tok/s")
+        rows = [(*row, *_goodput_cells(level)) for row, level in zip(rows, levels, strict=True)]
+        bounds = next(level["goodput"]["bounds_ms"] for level in levels if "goodput" in level)
+        notes_head = ["goodput bounds: " + ", ".join(f"{k} <= {v:g} ms" for k, v in bounds.items())]
+    else:
+        notes_head = []
+    lines = [tables.text_table(header, rows, right_aligned=True), *notes_head]
     notes = [f"C={lv['concurrency']}: {lv.get('error') or ', '.join(lv.get('errors', []))}" for lv in levels
              if lv["status"] != "ok" and (lv.get("error") or lv.get("errors"))]  # fmt: skip
     return "\n".join(lines + notes)
+
+
+def _goodput_cells(level: dict[str, Any]) -> tuple[str, str, str]:
+    good = level.get("goodput")
+    if not good:
+        return ("-", "-", "-")
+    return (number(100 * good["good_fraction"]), number(good["good_request_rate"], 2), number(good["good_tok_s"]))

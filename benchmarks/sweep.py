@@ -114,7 +114,7 @@ def run_sweep(
         if str(concurrency) not in levels_run and not path.exists():
             continue  # never started (interrupted or the play failed before it)
         measured = workload.measured_requests(concurrency)
-        levels.append(summarize_level(concurrency, path, levels_run.get(str(concurrency)), measured))
+        levels.append(summarize_level(concurrency, path, levels_run.get(str(concurrency)), measured, workload.goodput))
     if interrupted["flag"]:
         status = "interrupted"
     elif not levels:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from benchmarks.metrics import GOODPUT_METRICS
 
 DEFAULT_LEVELS = "1,2,4,8,16,32,64,128,256"
 
@@ -39,6 +41,28 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
+def parse_goodput(text: str) -> tuple[str, float]:
+    """`tpot:50` -> ('tpot', 50.0): vLLM's --goodput spelling, milliseconds."""
+    name, sep, value = text.partition(":")
+    try:
+        limit = float(value)
+    except ValueError:
+        limit = -1.0
+    if not sep or name not in GOODPUT_METRICS or not 0 < limit <= 86_400_000:
+        raise argparse.ArgumentTypeError(
+            f"--goodput {text!r}: write KEY:MS with KEY one of {', '.join(GOODPUT_METRICS)} and MS a positive number, "
+            "e.g. --goodput ttft:2000 tpot:50"
+        )
+    return name, limit
+
+
+class _Pairs(argparse.Action):
+    """Collect KEY:MS pairs into a dict (a key given twice keeps its last value)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None) -> None:
+        setattr(namespace, self.dest, {**(getattr(namespace, self.dest) or {}), **dict(values)})
+
+
 @dataclass
 class Workload:
     levels: list[int]
@@ -54,6 +78,7 @@ class Workload:
     level_timeout: int = 600
     metrics_interval: float = 1.0
     processes: int = 1  # Locust --processes: load-generator cores (more than ~128 fast streams per core)
+    goodput: dict[str, float] = field(default_factory=dict)  # bounds in ms: a request is good within all of them
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser, *, default_levels: str = DEFAULT_LEVELS) -> None:
@@ -79,6 +104,9 @@ class Workload:
             "--metrics-interval", type=bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
         )
         add("--processes", type=bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
+        add("--goodput", type=parse_goodput, nargs="+", action=_Pairs, default={}, metavar="KEY:MS",
+            help="request-level bounds (ttft, tpot, e2el in ms, e.g. ttft:2000 tpot:50): each level also reports the "
+                 "good requests per second, good tok/s and good fraction")  # fmt: skip
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> Workload:
@@ -89,7 +117,7 @@ class Workload:
 
     def at_levels(self, levels: list[int]) -> Workload:
         """The same workload over other levels (the search measures one level at a time)."""
-        return type(self)(**{**vars(self), "levels": list(levels)})
+        return type(self)(**{**vars(self), "levels": list(levels), "goodput": dict(self.goodput)})
 
     def extravars(self) -> dict[str, Any]:
         return {

@@ -11,6 +11,7 @@ OBJECTIVES = {
     "c1": "tok/s per request at C=1",
     "peak": "peak aggregate tok/s",
     "capacity": "aggregate tok/s at the highest concurrency within the SLO",
+    "goodput": "good tok/s (output of requests within every --goodput bound), best level",
 }
 _SLO = re.compile(r"(ttft|tpot|itl|e2e)_(p50|p90|p95|p99|mean)=([0-9]+(?:\.[0-9]*)?)")
 _FIGURE = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2e": "e2e_ms"}
@@ -82,12 +83,16 @@ def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[st
     peak = max(good, key=lambda level: level["aggregate_tok_s"], default=None)
     inside = [level for level in good if within(level, slo)] if slo else []
     capacity = max(inside, key=lambda level: level["concurrency"], default=None)
+    with_goodput = [level for level in good if level.get("goodput")]
+    best_good = max(with_goodput, key=lambda level: level["goodput"]["good_tok_s"], default=None)
     return {
         "c1": one["decode_tok_s"]["p50"] if one else None,
         "peak": peak["aggregate_tok_s"] if peak else None,
         "peak_c": peak["concurrency"] if peak else None,
         "capacity": capacity["aggregate_tok_s"] if capacity else None,
         "capacity_c": capacity["concurrency"] if capacity else None,
+        "goodput": best_good["goodput"]["good_tok_s"] if best_good else None,
+        "goodput_c": best_good["concurrency"] if best_good else None,
     }
 
 

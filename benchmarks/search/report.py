@@ -95,10 +95,11 @@ def text(state: dict[str, Any], entries: dict[str, Any]) -> str:
     lines = [f"\nsearch {state['id']} on {state['host']}", tables.text_table(HEADER, rows(state, note_width=70)), economy(state)]
     winners = state.get("winners") or {}
     lines.append("")
+    asked = {"capacity": bool(state.get("slo")), "goodput": bool(state["workload"].get("goodput"))}
     for objective in objectives.OBJECTIVES:
         if objective in winners:
             lines.append("winner " + winners[objective]["sentence"])
-        elif objective != "capacity" or state.get("slo"):
+        elif asked.get(objective, True):
             lines.append(f"winner {objective}: none (no candidate gave this figure)")
     entry = winner_entry(state, entries)
     if entry:

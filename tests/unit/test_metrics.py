@@ -1,9 +1,12 @@
 """The benchmark's arithmetic on synthetic requests whose true figures are known by construction."""
 
+import argparse
+
 import pytest
 
 from benchmarks.metrics import decode_rate, inter_token_gaps, level_metrics, stats
 from benchmarks.records import RequestRecord
+from benchmarks.workload import Workload, parse_goodput
 
 
 def steady(level: int, sent: float, tokens: int = 101, ttft: float = 0.2, itl: float = 0.01, phase: str = "measured",
@@ -113,3 +116,42 @@ def test_a_first_chunk_of_several_tokens_opens_the_decode_span():
     )
     assert decode_rate(record) == pytest.approx(100.0)  # (30 - 3) / 0.27 s; (30 - 1) / 0.27 s would read 107
     assert stats(inter_token_gaps(record))["p50"] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "good"),
+    [({"tpot": 10.5}, True), ({"tpot": 9.0}, False), ({"ttft": 150.0}, False), ({"ttft": 250.0, "e2el": 1300.0}, True),
+     ({"ttft": 250.0, "e2el": 1100.0}, False)],
+)  # fmt: skip
+def test_goodput_counts_the_requests_within_every_bound(bounds, good):
+    """Each request: TTFT 200 ms, TPOT (1.001 s after the first token) / 100 = 10.01 ms, E2E 1,201 ms."""
+    records = closed_loop(4, rounds=5)
+    level = level_metrics(records, 4, bounds)
+    figures = level["goodput"]
+    assert figures["bounds_ms"] == bounds
+    assert figures["good_requests"] == (20 if good else 0)
+    assert figures["good_fraction"] == (1.0 if good else 0.0)
+    assert figures["good_tok_s"] == pytest.approx(level["output_tok_s_completed"] if good else 0.0)
+    assert figures["good_request_rate"] == pytest.approx(level["request_rate"] if good else 0.0)
+
+
+def test_failed_requests_are_never_good_and_no_bounds_means_no_goodput():
+    records = closed_loop(2, rounds=3)
+    for record in records[:3]:
+        record.ok = False
+    assert "goodput" not in level_metrics(records, 2)
+    assert level_metrics(records, 2, {"e2el": 10_000.0})["goodput"]["good_requests"] < 6
+
+
+@pytest.mark.parametrize("text", ["tpot", "tpot:", "latency:5", "tpot:-1", "tpot:abc", "ttft=5"])
+def test_bad_goodput_bounds_are_refused_with_an_example(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="--goodput ttft:2000 tpot:50"):
+        parse_goodput(text)
+
+
+def test_goodput_bounds_reach_the_workload_as_one_dict():
+    parser = argparse.ArgumentParser()
+    Workload.add_cli_args(parser)
+    workload = Workload.from_cli_args(parser.parse_args(["--goodput", "ttft:2000", "tpot:50", "--goodput", "tpot:40"]))
+    assert workload.goodput == {"ttft": 2000.0, "tpot": 40.0}
+    assert Workload.from_cli_args(parser.parse_args([])).goodput == {}

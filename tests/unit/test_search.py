@@ -115,7 +115,11 @@ def test_bad_slo_bounds_are_refused(text):
 def test_scores_per_objective():
     slo = [objectives.parse_slo("tpot_p99=50")]
     levels = [level(1, 65, per_request=65.0, tpot_p99=16), level(16, 900, tpot_p99=40), level(64, 960, tpot_p99=70)]
-    assert objectives.scores(levels, slo) == {"c1": 65.0, "peak": 960, "peak_c": 64, "capacity": 900, "capacity_c": 16}
+    assert objectives.scores(levels, slo) == {"c1": 65.0, "peak": 960, "peak_c": 64, "capacity": 900, "capacity_c": 16,
+                                              "goodput": None, "goodput_c": None}  # fmt: skip
+    levels[1]["goodput"] = {"good_tok_s": 850.0}
+    levels[2]["goodput"] = {"good_tok_s": 300.0}  # more load, fewer requests within the bounds
+    assert objectives.scores(levels, slo)["goodput"] == 850.0 and objectives.scores(levels, slo)["goodput_c"] == 16
     assert objectives.scores(levels[1:], [])["c1"] is None
 
 
