@@ -139,3 +139,22 @@ def test_chat_deltas_of_several_tokens_give_per_token_itl(tmp_path, continuous_u
         assert level["itl_ms"]["p50"] == pytest.approx(10.0, rel=0.03), level["itl_ms"]
         assert level["decode_tok_s"]["p50"] == pytest.approx(100.0, rel=0.03)
         assert level["stream_count_mismatches"] == 0 and level["output_tokens"] == 30 * level["completed"]
+
+
+def test_goodput_against_the_stand_ins_clock(tmp_path):
+    """10 ms a token after a 20 ms prefill: TPOT <= 12 holds for every request, TTFT <= 5 for none."""
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        done = bench("run", "--url", url, "--levels", "1,4", *FAST, "--goodput", "tpot:12", "e2el:5000",
+                     "--results-dir", str(tmp_path / "all"))  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        none = bench("run", "--url", url, "--levels", "4", *FAST, "--goodput", "ttft:5", "--results-dir", str(tmp_path / "none"))
+        assert none.returncode == 0, none.stdout + none.stderr
+    assert "goodput bounds: tpot <= 12 ms, e2el <= 5000 ms" in done.stdout
+    (run,) = stored(tmp_path / "all")
+    assert run["workload"]["goodput"] == {"tpot": 12.0, "e2el": 5000.0}
+    for level in run["levels"]:
+        assert level["goodput"]["good_fraction"] == 1.0 and level["goodput"]["good_requests"] == level["completed"]
+        assert level["goodput"]["good_tok_s"] == pytest.approx(level["output_tok_s_completed"])
+    (run,) = stored(tmp_path / "none")
+    assert run["levels"][0]["goodput"]["good_requests"] == 0 and run["levels"][0]["goodput"]["good_tok_s"] == 0.0
