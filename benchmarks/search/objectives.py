@@ -76,6 +76,27 @@ def stop_reason(levels: Sequence[Mapping[str, Any]], *, knee: float, slo: Sequen
     return ""
 
 
+def bracket(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> tuple[int | None, int | None]:
+    """(highest C within the SLO, lowest C above it that broke it) among the measured levels."""
+    inside = [level["concurrency"] for level in levels if within(level, slo)]
+    low = max(inside, default=None)
+    above = [level["concurrency"] for level in levels if not within(level, slo) and (low is None or level["concurrency"] > low)]
+    return low, min(above, default=None)
+
+
+def next_probe(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound], *, resolution: float) -> int | None:
+    """The concurrency to measure next to narrow the SLO capacity (bisection), or None when it is narrow enough.
+
+    Narrow enough: the bracket [within, broke] is at most max(1, resolution x within) wide.
+    """
+    if not slo:
+        return None
+    low, high = bracket(levels, slo)
+    if low is None or high is None or high - low <= max(1, int(resolution * low)):
+        return None
+    return (low + high) // 2
+
+
 def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[str, Any]:
     """A candidate's figure for each objective (None where its levels do not give one) and where it was reached."""
     good = [level for level in levels if usable(level)]
@@ -91,6 +112,7 @@ def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[st
         "peak_c": peak["concurrency"] if peak else None,
         "capacity": capacity["aggregate_tok_s"] if capacity else None,
         "capacity_c": capacity["concurrency"] if capacity else None,
+        "capacity_bracket": list(bracket(levels, slo)) if slo else None,
         "goodput": best_good["goodput"]["good_tok_s"] if best_good else None,
         "goodput_c": best_good["concurrency"] if best_good else None,
     }

@@ -40,6 +40,14 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _capacity_at(scores: dict[str, Any]) -> str:
+    """`16 (<24)`: the highest C within the SLO and the lowest measured C that broke it."""
+    _, high = scores.get("capacity_bracket") or (None, None)
+    if scores.get("capacity_c") is None:
+        return "-" if high is None else f"none (<{high})"
+    return f"{scores['capacity_c']}" + (f" (<{high})" if high is not None else "")
+
+
 def rows(state: dict[str, Any], note_width: int = 10_000) -> list[list[str]]:
     num = tables.number
     out = []
@@ -56,7 +64,7 @@ def rows(state: dict[str, Any], note_width: int = 10_000) -> list[list[str]]:
                 num(scores.get("peak")),
                 str(scores.get("peak_c") or "-"),
                 num(scores.get("capacity")),
-                str(scores.get("capacity_c") or "-"),
+                _capacity_at(scores),
                 ",".join(map(str, entry.get("levels_run") or [])) or "-",
                 _note(entry, note_width),
             ]

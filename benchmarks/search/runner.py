@@ -33,6 +33,8 @@ class SearchOptions:
     slo: list[objectives.Bound] = field(default_factory=list)
     knee: float = 0.05
     clear_margin: float = 0.05
+    max_probes: int = 4  # extra levels to narrow the SLO capacity between the two that bracket it
+    resolution: float = 0.1  # ... until the bracket is at most this fraction of the capacity wide
     leave: str = "best"  # best, original, none
     resume: str = ""
     loadgen: str = "localhost"
@@ -266,8 +268,20 @@ def _measure(
         "server_host": options.server_host,
     }
     stopped, status, locust_s = "", "complete", 0.0
-    for concurrency in sorted(workload.levels):
-        note(f"  {candidate.name}: level C={concurrency}")
+    planned = sorted(workload.levels)
+    probes = 0
+    while True:
+        if planned:
+            concurrency = planned.pop(0)
+        elif status == "complete" and probes < options.max_probes and levels and objectives.usable(levels[-1]):
+            # The SLO broke between two levels: bisect the bracket on this same launch.
+            probe = objectives.next_probe(levels, options.slo, resolution=options.resolution)
+            if probe is None:
+                break
+            concurrency, probes = probe, probes + 1
+        else:
+            break
+        note(f"  {candidate.name}: level C={concurrency}" + (" (narrowing the SLO capacity)" if probes and not planned else ""))
         sweep = run_sweep(
             workload.at_levels([concurrency]),
             server_host=options.server_host,
@@ -285,9 +299,14 @@ def _measure(
         if not sweep.levels:
             status, stopped = "failed", f"C={concurrency}: {sweep.error or 'no records'}"
             break
+        if probes:
+            continue
         stopped = objectives.stop_reason(levels, knee=options.knee, slo=options.slo)
         if stopped:
-            break
+            planned = []
+            if "SLO" not in stopped:
+                break
+    levels.sort(key=lambda level: level["concurrency"])
     if status == "complete" and any(level.get("status") != "ok" for level in levels):
         status = "partial" if any(objectives.usable(level) for level in levels) else "failed"
     usable = any(objectives.usable(level) for level in levels)

@@ -162,3 +162,18 @@ def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned
     deeper = next(e["name"] for e in state["candidates"] if e["overrides"]["max-running-requests"] == 64)
     assert state["winners"]["peak"]["name"] == deeper
     assert state["original_layout"] == "tp8" and state["serving_at_end"] == "tp8" == serving(provisioned)
+
+
+def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path):
+    """EP4's TPOT is max(22.2 ms, C / 1,531 tok/s): within 31 ms up to C = 47.5. Levels 1, 16, 64 bracket it;
+    bisection on the same launch narrows the bracket to 10% around the truth."""
+    results = tmp_path / "results"
+    done = search(provisioned, results, "--layouts", "ep4", "--levels", "1,16,64", "--slo", "tpot_p99=31",
+                  "--objective", "capacity", "--leave", "none")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    (entry,) = the_manifest(results)["candidates"]
+    low, high = entry["scores"]["capacity_bracket"]
+    assert entry["scores"]["capacity_c"] == low and low < 47.5 < high + 1 and high - low <= max(1, int(0.1 * low))
+    assert entry["levels_run"][:3] == [1, 16, 64] and len(entry["levels_run"]) > 3  # the probes came after
+    assert entry["stopped"].startswith("C=64 broke the SLO (tpot_p99)")
+    assert the_manifest(results)["winners"]["capacity"]["name"] == "ep4"

@@ -112,11 +112,27 @@ def test_bad_slo_bounds_are_refused(text):
         objectives.parse_slo(text)
 
 
+def test_the_slo_capacity_is_narrowed_by_bisection_between_the_levels_that_bracket_it():
+    slo = [objectives.parse_slo("tpot_p99=50")]
+
+    def measured(*pairs):  # (C, TPOT p99)
+        return [level(c, 10.0 * c, tpot_p99=t) for c, t in pairs]
+
+    assert objectives.next_probe(measured((1, 10), (16, 40), (64, 80)), slo, resolution=0.1) == 40
+    assert objectives.next_probe(measured((1, 10), (16, 40), (40, 45), (64, 80)), slo, resolution=0.1) == 52
+    assert objectives.bracket(measured((1, 10), (16, 40), (40, 45), (52, 60), (64, 80)), slo) == (40, 52)
+    assert objectives.next_probe(measured((16, 40), (40, 45), (44, 60), (52, 60)), slo, resolution=0.1) is None  # 4 <= 10% of 40
+    assert objectives.next_probe(measured((1, 10), (16, 40)), slo, resolution=0.1) is None  # never broke
+    assert objectives.next_probe(measured((1, 60), (16, 70)), slo, resolution=0.1) is None  # never held
+    assert objectives.next_probe(measured((1, 10), (2, 60)), slo, resolution=0.1) is None  # nothing between 1 and 2
+    assert objectives.next_probe(measured((1, 10), (64, 80)), [], resolution=0.1) is None
+
+
 def test_scores_per_objective():
     slo = [objectives.parse_slo("tpot_p99=50")]
     levels = [level(1, 65, per_request=65.0, tpot_p99=16), level(16, 900, tpot_p99=40), level(64, 960, tpot_p99=70)]
     assert objectives.scores(levels, slo) == {"c1": 65.0, "peak": 960, "peak_c": 64, "capacity": 900, "capacity_c": 16,
-                                              "goodput": None, "goodput_c": None}  # fmt: skip
+                                              "capacity_bracket": [16, 64], "goodput": None, "goodput_c": None}  # fmt: skip
     levels[1]["goodput"] = {"good_tok_s": 850.0}
     levels[2]["goodput"] = {"good_tok_s": 300.0}  # more load, fewer requests within the bounds
     assert objectives.scores(levels, slo)["goodput"] == 850.0 and objectives.scores(levels, slo)["goodput_c"] == 16
