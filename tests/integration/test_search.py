@@ -174,6 +174,6 @@ def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path)
     (entry,) = the_manifest(results)["candidates"]
     low, high = entry["scores"]["capacity_bracket"]
     assert entry["scores"]["capacity_c"] == low and low < 47.5 < high + 1 and high - low <= max(1, int(0.1 * low))
-    assert entry["levels_run"][:3] == [1, 16, 64] and len(entry["levels_run"]) > 3  # the probes came after
+    assert {1, 16, 64} < set(entry["levels_run"])  # and the probes between 16 and 64
     assert entry["stopped"].startswith("C=64 broke the SLO (tpot_p99)")
     assert the_manifest(results)["winners"]["capacity"]["name"] == "ep4"
