@@ -115,6 +115,10 @@ class Workload:
     def measured_requests(self, concurrency: int) -> int:
         return max(self.min_requests, self.rounds * concurrency)
 
+    def warmup_requests(self, concurrency: int) -> int:
+        """Requests excluded first: as given, or one per user (-1)."""
+        return self.warmup if self.warmup >= 0 else concurrency
+
     def at_levels(self, levels: list[int]) -> Workload:
         """The same workload over other levels (the search measures one level at a time)."""
         return type(self)(**{**vars(self), "levels": list(levels), "goodput": dict(self.goodput)})
@@ -128,7 +132,7 @@ class Workload:
             "bench_output_tokens": self.output_tokens,
             "bench_seed": self.seed,
             "bench_vocab_size": self.vocab_size,
-            "bench_warmup": self.warmup,
+            "bench_warmup": {str(c): self.warmup_requests(c) for c in self.levels},
             "bench_measured": {str(c): self.measured_requests(c) for c in self.levels},
             "bench_level_timeout": self.level_timeout,
             "bench_metrics_interval": self.metrics_interval,
