@@ -159,7 +159,8 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     refused = [e for e in state["candidates"] if e["status"] == "refused"]
     todo = [e for e in state["candidates"] if e["status"] == "pending"]
     for entry in refused:
-        say(f"  refused, never launched: {entry['name']}: {'; '.join(entry['reasons'])}")
+        reasons = "; ".join(entry["reasons"])
+        say(f"  refused, never launched: {reasons if reasons.startswith(entry['name']) else entry['name'] + ': ' + reasons}")
     kept_count = sum(1 for e in state["candidates"] if e.get("kept_from_earlier_run"))
     say(
         f"{len(todo)} to launch, {len(refused)} refused by preflight"
