@@ -68,3 +68,16 @@ def kept(previous: dict[str, Any] | None, name: str, declaration_hash: str) -> d
             return None
         return entry
     return None
+
+
+def earlier_durations(results_dir: Path, host: str) -> list[float]:
+    """How long each candidate took in every search stored for this host (for a first estimate)."""
+    found = []
+    for path in sorted((results_dir / results.safe_name(host) / "searches").glob("*.json")):
+        try:
+            data = load(path) or {}
+        except ValueError:
+            continue
+        measured = [e for e in data.get("candidates", []) if e.get("status") == "measured" and e.get("duration_s")]
+        found += [float(e["duration_s"]) for e in measured]
+    return found

@@ -169,11 +169,13 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         + ("" if not options.slo else f" or the SLO ({', '.join(f'{b.name}<={b.limit_ms:g} ms' for b in options.slo)})")
     )
     layouts_for_deploy = {**declaration["sglang_layouts"], **entries}
-    durations = [float(e["duration_s"]) for e in (previous or {}).get("candidates", []) if e.get("duration_s")]
-    if durations:
-        say(f"estimated time: about {_minutes(sum(durations) / len(durations) * len(todo))} (earlier candidates of this search)")
+    durations: list[float] = []
+    earlier = manifest.earlier_durations(options.results_dir, host)
+    if todo and earlier:
+        estimate = _minutes(sum(earlier) / len(earlier) * len(todo))
+        say(f"estimated time: about {estimate} (from {len(earlier)} candidates of earlier searches on {host}; updated as it goes)")
     elif todo:
-        say("estimated time: known after the first candidate")
+        say("estimated time: known after the first candidate (no earlier search on this host)")
     interrupted = False
     by_name = {c.name: c for c in candidates}
     for position, entry in enumerate(todo, 1):
