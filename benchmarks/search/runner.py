@@ -173,7 +173,7 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     earlier = manifest.earlier_durations(options.results_dir, host)
     if todo and earlier:
         estimate = _minutes(sum(earlier) / len(earlier) * len(todo))
-        say(f"estimated time: about {estimate} (from {len(earlier)} candidates of earlier searches on {host}; updated as it goes)")
+        say(f"estimated time: about {estimate} (from {len(earlier)} candidates of earlier searches on {host}; updated later)")
     elif todo:
         say("estimated time: known after the first candidate (no earlier search on this host)")
     interrupted = False
