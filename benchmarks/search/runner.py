@@ -114,7 +114,10 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     shared = {key: declaration.get(key) for key in playbooks.SHARED_KEYS}
     digests = {c.name: declaration_hash(c.entry, shared) for c in candidates}
     workload_dict = dict(vars(workload))
-    identifier = options.resume or manifest.search_id(host, [digests[c.name] for c in candidates], workload_dict)
+    # What decides which levels a candidate gets measured at is part of the search's identity too.
+    plan = {**workload_dict, "knee": options.knee, "slo": [vars(b) for b in options.slo], "max_probes": options.max_probes,
+            "resolution": options.resolution}  # fmt: skip
+    identifier = options.resume or manifest.search_id(host, [digests[c.name] for c in candidates], plan)
     path = manifest.path_for(options.results_dir, host, identifier)
     try:
         previous = manifest.load(path)
@@ -122,9 +125,13 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         raise SearchError(str(exc)) from exc
     if options.resume and previous is None:
         raise SearchError(f"--resume {identifier}: no such search for {host} under {path.parent}")
-    if previous and previous.get("workload") != workload_dict:
+    if previous and (previous.get("workload"), previous.get("knee"), previous.get("slo")) != (
+        workload_dict,
+        options.knee,
+        [vars(b) for b in options.slo],
+    ):
         raise SearchError(
-            f"--resume {identifier}: that search measured another workload; give the same options, or drop --resume"
+            f"--resume {identifier}: that search measured another workload, knee or SLO; give the same options, or drop --resume"
         )
 
     say(f"search {identifier} on {host}: {len(candidates)} candidates ({', '.join(c.name for c in candidates)})")
