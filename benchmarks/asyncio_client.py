@@ -38,8 +38,16 @@ async def one_request(session: aiohttp.ClientSession, url: str, body: bytes, rec
 
 
 async def run(url: str, concurrency: int, requests: int, warmup: int, output_tokens: int) -> list[dict[str, Any]]:
-    body = json.dumps({"model": "default", "messages": [{"role": "user", "content": "hello " * 8}], "max_tokens": output_tokens,
-                       "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "model": "default",
+            "messages": [{"role": "user", "content": "hello " * 8}],
+            "max_tokens": output_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     records: list[dict[str, Any]] = []
     counter = {"sent": 0, "measured_done": 0}
     done = asyncio.Event()
@@ -51,9 +59,19 @@ async def run(url: str, concurrency: int, requests: int, warmup: int, output_tok
                 index = counter["sent"]
                 counter["sent"] += 1
                 phase = "warmup" if index < warmup else "measured" if index < warmup + requests else "cooldown"
-                record = {"level": concurrency, "phase": phase, "sent": time.monotonic(), "end": 0.0, "ok": False, "error": "",
-                          "requested_tokens": output_tokens, "output_tokens": None, "input_tokens": None,
-                          "chunk_times": [], "chunk_tokens": []}  # fmt: skip
+                record = {
+                    "level": concurrency,
+                    "phase": phase,
+                    "sent": time.monotonic(),
+                    "end": 0.0,
+                    "ok": False,
+                    "error": "",
+                    "requested_tokens": output_tokens,
+                    "output_tokens": None,
+                    "input_tokens": None,
+                    "chunk_times": [],
+                    "chunk_tokens": [],
+                }
                 await one_request(session, url, body, record)
                 records.append(record)
                 if phase == "measured":

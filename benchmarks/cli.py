@@ -95,7 +95,7 @@ def _add_search(search: argparse.ArgumentParser) -> None:
     search.add_argument("--quiet", action="store_true", help="only the plan, one line per candidate and the report")
     _add_api_key(search)
     search.add_argument("--results-dir", type=Path, default=REPO / "results")
-    Workload.add_cli_args(search, default_levels=SEARCH_LEVELS)  # fmt: skip
+    Workload.add_cli_args(search, default_levels=SEARCH_LEVELS)
 
 
 def _slo(text: str) -> objectives.Bound:
@@ -128,10 +128,23 @@ def command_search(args: argparse.Namespace) -> int:
         print("error: --objective goodput needs --goodput bounds, e.g. --goodput ttft:2000 tpot:50", file=sys.stderr)
         return 2
     layouts = None if args.layouts.strip() in ("", "all") else [n.strip() for n in args.layouts.split(",") if n.strip()]
-    options = SearchOptions(server_host=args.server_host, inventory=args.inventory, workload=Workload.from_cli_args(args),
-                            results_dir=args.results_dir, layouts=layouts, grid=grid, objective=args.objective, slo=args.slo,
-                            knee=args.knee, clear_margin=args.clear_margin, leave=args.leave, resume=args.resume,
-                            loadgen=args.loadgen, api_key=key, quiet=args.quiet)  # fmt: skip
+    options = SearchOptions(
+        server_host=args.server_host,
+        inventory=args.inventory,
+        workload=Workload.from_cli_args(args),
+        results_dir=args.results_dir,
+        layouts=layouts,
+        grid=grid,
+        objective=args.objective,
+        slo=args.slo,
+        knee=args.knee,
+        clear_margin=args.clear_margin,
+        leave=args.leave,
+        resume=args.resume,
+        loadgen=args.loadgen,
+        api_key=key,
+        quiet=args.quiet,
+    )
     return main_search(options)
 
 
@@ -149,9 +162,14 @@ def api_key(args: argparse.Namespace) -> str:
 
 def command_run(args: argparse.Namespace) -> int:
     workload = Workload.from_cli_args(args)
-    record: dict[str, Any] = {"kind": "sglang-benchmark-run", "started": results.utc_stamp(), "commit": results.project_commit(),
-                              "workload": {k: v for k, v in vars(workload).items()}, "endpoint": args.url or "",
-                              "server_host": args.server_host or ""}  # fmt: skip
+    record: dict[str, Any] = {
+        "kind": "sglang-benchmark-run",
+        "started": results.utc_stamp(),
+        "commit": results.project_commit(),
+        "workload": {k: v for k, v in vars(workload).items()},
+        "endpoint": args.url or "",
+        "server_host": args.server_host or "",
+    }
     host, layout = args.server_host or "", args.layout
     try:
         key = api_key(args)
@@ -165,8 +183,7 @@ def command_run(args: argparse.Namespace) -> int:
             sweep = run_sweep(workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
         else:
             print(f"benchmarking the active layout of {args.server_host}, levels {','.join(map(str, args.levels))}", flush=True)
-            sweep = run_sweep(workload, server_host=args.server_host, inventory=args.inventory, loadgen=args.loadgen,
-                              api_key=key)  # fmt: skip
+            sweep = run_sweep(workload, server_host=args.server_host, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
             record["server"] = sweep.server
             layout = layout or sweep.server.get("layout", "")
     except EndpointError as exc:

@@ -9,8 +9,17 @@ from typing import Any
 from benchmarks import results
 from sglang_layout import tables
 
-COLUMNS = ("host", "layout", "run", "tok/s at C=1", "peak agg tok/s", "at C", "TTFT p50 at peak ms", "ITL p50 at peak ms",
-           "status")  # fmt: skip
+COLUMNS = (
+    "host",
+    "layout",
+    "run",
+    "tok/s at C=1",
+    "peak agg tok/s",
+    "at C",
+    "TTFT p50 at peak ms",
+    "ITL p50 at peak ms",
+    "status",
+)
 
 
 def summarize_run(path: Path, run: dict[str, Any]) -> dict[str, Any]:

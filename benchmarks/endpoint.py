@@ -51,6 +51,8 @@ def probe(url: str, api_key: str = "", timeout: float = 10) -> dict[str, Any]:
             return {}  # an OpenAI-compatible server without SGLang's /server_info
         raise EndpointError(f"{url}/server_info answered HTTP {exc.code}: the server is not ready or not SGLang") from exc
     except (OSError, ValueError) as exc:
-        raise EndpointError(f"{url} is unreachable ({exc}): check the server is running (playbooks/status.yml) "
-                            "and that this machine can reach its port") from exc  # fmt: skip
+        raise EndpointError(
+            f"{url} is unreachable ({exc}): check the server is running (playbooks/status.yml) "
+            "and that this machine can reach its port"
+        ) from exc
     return info if isinstance(info, dict) else {}

@@ -98,8 +98,9 @@ def _pin(cpu: int) -> list[int]:
 def _run_measured(argv: list[str], cpu: list[int], timeout: float) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds, exit status) of a child pinned to `cpu`."""
     started = time.monotonic()
-    child = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             preexec_fn=lambda: os.sched_setaffinity(0, cpu))  # fmt: skip
+    child = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=lambda: os.sched_setaffinity(0, cpu)
+    )
     deadline = started + timeout
     while True:
         pid, status, usage = os.wait4(child.pid, os.WNOHANG)
@@ -137,15 +138,41 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
         requests = scenario.rounds * scenario.concurrency
         url = f"http://127.0.0.1:{port}"
         if client == "locust":
-            argv = [sys.executable, "-m", "locust", "-f", str(REPO / "benchmarks" / "locustfile.py"), "--headless",
-                    "--only-summary", "--loglevel=ERROR", f"--users={scenario.concurrency}",
-                    f"--spawn-rate={scenario.concurrency}", f"--run-time={int(timeout)}s", f"--host={url}",
-                    f"--bench-output-tokens={scenario.output_tokens}", f"--bench-requests={requests}",
-                    "--bench-input-tokens=8", "--bench-metrics-interval=0", f"--bench-records={records}"]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(REPO / "benchmarks" / "locustfile.py"),
+                "--headless",
+                "--only-summary",
+                "--loglevel=ERROR",
+                f"--users={scenario.concurrency}",
+                f"--spawn-rate={scenario.concurrency}",
+                f"--run-time={int(timeout)}s",
+                f"--host={url}",
+                f"--bench-output-tokens={scenario.output_tokens}",
+                f"--bench-requests={requests}",
+                "--bench-input-tokens=8",
+                "--bench-metrics-interval=0",
+                f"--bench-records={records}",
+            ]
         else:
-            argv = [sys.executable, "-m", "benchmarks.asyncio_client", "--url", url, "--concurrency",
-                    str(scenario.concurrency), "--requests", str(requests), "--output-tokens",
-                    str(scenario.output_tokens), "--records", str(records)]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "benchmarks.asyncio_client",
+                "--url",
+                url,
+                "--concurrency",
+                str(scenario.concurrency),
+                "--requests",
+                str(requests),
+                "--output-tokens",
+                str(scenario.output_tokens),
+                "--records",
+                str(records),
+            ]
         wall, cpu, status = _run_measured(argv, _pin(1), timeout)
     finally:
         server.terminate()
@@ -153,13 +180,21 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
     level = level_metrics(_read(records), scenario.concurrency) if records.exists() else {}
     tokens_consumed = sum(r.streamed_tokens for r in _read(records)) if records.exists() else 0
     return {
-        "scenario": scenario.name, "client": client, "status": status, "wall_s": wall, "cpu_s": cpu,
-        "client_cpu_pct": 100 * cpu / wall if wall else None, "tokens": tokens_consumed,
+        "scenario": scenario.name,
+        "client": client,
+        "status": status,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "client_cpu_pct": 100 * cpu / wall if wall else None,
+        "tokens": tokens_consumed,
         "tok_per_cpu_s": tokens_consumed / cpu if cpu else None,
-        "aggregate_tok_s": level.get("aggregate_tok_s"), "true_itl_ms": scenario.itl_ms,
-        "itl_p50_ms": (level.get("itl_ms") or {}).get("p50"), "itl_p99_ms": (level.get("itl_ms") or {}).get("p99"),
-        "decode_p50": (level.get("decode_tok_s") or {}).get("p50"), "true_decode": 1000 / scenario.itl_ms,
-    }  # fmt: skip
+        "aggregate_tok_s": level.get("aggregate_tok_s"),
+        "true_itl_ms": scenario.itl_ms,
+        "itl_p50_ms": (level.get("itl_ms") or {}).get("p50"),
+        "itl_p99_ms": (level.get("itl_ms") or {}).get("p99"),
+        "decode_p50": (level.get("decode_tok_s") or {}).get("p50"),
+        "true_decode": 1000 / scenario.itl_ms,
+    }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -169,8 +204,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         itl = f"{num(row['itl_p50_ms'], 2)} / {num(row['itl_p99_ms'], 2)} ({num(row['true_itl_ms'], 0)})"
         rate = f"{num(row['decode_p50'], 2)} ({num(row['true_decode'], 2)})"
-        lines.append((row["scenario"], row["client"], num(row["client_cpu_pct"], 0), num(row["tok_per_cpu_s"], 0),
-                      num(row["aggregate_tok_s"], 0), itl, rate))  # fmt: skip
+        lines.append(
+            (
+                row["scenario"],
+                row["client"],
+                num(row["client_cpu_pct"], 0),
+                num(row["tok_per_cpu_s"], 0),
+                num(row["aggregate_tok_s"], 0),
+                itl,
+                rate,
+            )
+        )
     return tables.text_table(header, lines)
 
 

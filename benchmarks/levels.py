@@ -30,8 +30,11 @@ def server_samples(samples: list[dict[str, float]], window: tuple[float, float] 
         values = [s[key] for s in inside if key in s]
         return sum(values) / len(values) if values else None
 
-    return {"gen_throughput": mean("sglang:gen_throughput"), "num_running_reqs": mean("sglang:num_running_reqs"),
-            "samples": len(inside)}  # fmt: skip
+    return {
+        "gen_throughput": mean("sglang:gen_throughput"),
+        "num_running_reqs": mean("sglang:num_running_reqs"),
+        "samples": len(inside),
+    }
 
 
 def summarize_level(

@@ -29,22 +29,58 @@ from locust.runners import MasterRunner, WorkerRunner
 
 # Words that tokenizers keep whole: one word ~ one token, so a prompt of N words is ~N tokens.
 # The server's own prompt_tokens count is recorded, so the real input length is known either way.
-WORDS = ("the", "time", "of", "day", "and", "year", "for", "work", "in", "life", "world", "over", "when", "people", "make",
-         "good", "use", "what", "they", "know", "about", "each", "part", "this", "small", "place", "where", "we")  # fmt: skip
+WORDS = (
+    "the",
+    "time",
+    "of",
+    "day",
+    "and",
+    "year",
+    "for",
+    "work",
+    "in",
+    "life",
+    "world",
+    "over",
+    "when",
+    "people",
+    "make",
+    "good",
+    "use",
+    "what",
+    "they",
+    "know",
+    "about",
+    "each",
+    "part",
+    "this",
+    "small",
+    "place",
+    "where",
+    "we",
+)
 METRIC_LINE = re.compile(r"^(sglang:gen_throughput|sglang:num_running_reqs)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", re.MULTILINE)
 
 
 @events.init_command_line_parser.add_listener
 def _options(parser: Any) -> None:
     group = parser.add_argument_group("benchmark")
-    group.add_argument("--bench-endpoint", choices=["chat", "generate"], default="chat",
-                       help="OpenAI /v1/chat/completions (default) or SGLang's native /generate")  # fmt: skip
+    group.add_argument(
+        "--bench-endpoint",
+        choices=["chat", "generate"],
+        default="chat",
+        help="OpenAI /v1/chat/completions (default) or SGLang's native /generate",
+    )
     group.add_argument("--bench-model", default="default", help="model name for the OpenAI endpoint")
     group.add_argument("--bench-input-tokens", type=int, default=128)
     group.add_argument("--bench-output-tokens", type=int, default=256)
     group.add_argument("--bench-seed", type=int, default=0)
-    group.add_argument("--bench-vocab-size", type=int, default=32000,
-                       help="/generate only: token ids are drawn below this (ids past the vocabulary crash SGLang)")  # fmt: skip
+    group.add_argument(
+        "--bench-vocab-size",
+        type=int,
+        default=32000,
+        help="/generate only: token ids are drawn below this (ids past the vocabulary crash SGLang)",
+    )
     group.add_argument("--bench-warmup", type=int, default=-1, help="requests excluded first (default: one per user)")
     group.add_argument("--bench-requests", type=int, default=32, help="measured requests")
     group.add_argument("--bench-records", default="records.jsonl", help="where the per-request records go")
@@ -102,12 +138,21 @@ def prompt_ids(seed: int, index: int, count: int, vocab_size: int) -> list[int]:
 def request_body(options: Any, index: int) -> tuple[str, bytes]:
     n_out, n_in, seed = options.bench_output_tokens, options.bench_input_tokens, options.bench_seed
     if options.bench_endpoint == "generate":
-        body = {"input_ids": prompt_ids(seed, index, n_in, options.bench_vocab_size), "stream": True,
-                "sampling_params": {"max_new_tokens": n_out, "ignore_eos": True, "temperature": 0}}  # fmt: skip
+        body = {
+            "input_ids": prompt_ids(seed, index, n_in, options.bench_vocab_size),
+            "stream": True,
+            "sampling_params": {"max_new_tokens": n_out, "ignore_eos": True, "temperature": 0},
+        }
         return "/generate", json.dumps(body).encode()
-    body = {"model": options.bench_model, "messages": [{"role": "user", "content": prompt_words(seed, index, n_in)}],
-            "max_tokens": n_out, "ignore_eos": True, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+    body = {
+        "model": options.bench_model,
+        "messages": [{"role": "user", "content": prompt_words(seed, index, n_in)}],
+        "max_tokens": n_out,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     return "/v1/chat/completions", json.dumps(body).encode()
 
 
@@ -196,11 +241,19 @@ class StreamingUser(FastHttpUser):
         LEVEL.sent += 1
         path, body = request_body(options, index)
         record: dict[str, Any] = {
-            "level": users, "phase": LEVEL.phase(index, warmup, measured), "sent": time.monotonic(),
-            "end": 0.0, "ok": False, "error": "", "requested_tokens": options.bench_output_tokens,
-            "output_tokens": None, "input_tokens": None, "chunk_times": array("d"), "chunk_tokens": array("i"),
+            "level": users,
+            "phase": LEVEL.phase(index, warmup, measured),
+            "sent": time.monotonic(),
+            "end": 0.0,
+            "ok": False,
+            "error": "",
+            "requested_tokens": options.bench_output_tokens,
+            "output_tokens": None,
+            "input_tokens": None,
+            "chunk_times": array("d"),
+            "chunk_tokens": array("i"),
             "count_source": "meta_info" if options.bench_endpoint == "generate" else "",
-        }  # fmt: skip
+        }
         LEVEL.in_flight[index] = record
         try:
             with self.client.post(path, data=body, headers=self.headers, stream=True, catch_response=True) as response:
@@ -227,8 +280,9 @@ class StreamingUser(FastHttpUser):
             LEVEL.records.append(record)
         if record["ok"] and record["chunk_times"]:
             ttft_ms = (record["chunk_times"][0] - record["sent"]) * 1000
-            self.environment.events.request.fire(request_type="TTFT", name=path, response_time=ttft_ms,
-                                                 response_length=0, exception=None, context={})  # fmt: skip
+            self.environment.events.request.fire(
+                request_type="TTFT", name=path, response_time=ttft_ms, response_length=0, exception=None, context={}
+            )
         if record["phase"] == "measured":
             LEVEL.measured_done += 1
             if LEVEL.measured_done == measured:
@@ -290,8 +344,17 @@ def _write(environment: Environment, **_: Any) -> None:
     for record in LEVEL.in_flight.values():
         record.update(end=now, ok=False, error=record["error"] or "cut off when the level stopped")
         LEVEL.records.append(record)
-    lines = [json.dumps({"type": "request", **record, "chunk_times": list(record["chunk_times"]),
-                         "chunk_tokens": list(record["chunk_tokens"])}) for record in LEVEL.records]  # fmt: skip
+    lines = [
+        json.dumps(
+            {
+                "type": "request",
+                **record,
+                "chunk_times": list(record["chunk_times"]),
+                "chunk_tokens": list(record["chunk_tokens"]),
+            }
+        )
+        for record in LEVEL.records
+    ]
     lines += [json.dumps({"type": "metrics", **sample}) for sample in LEVEL.samples]
     if not lines:
         return

@@ -9,20 +9,42 @@ from sglang_layout.tables import number
 
 
 def level_table(levels: list[dict[str, Any]]) -> str:
-    header = ("C", "status", "done/fail", "agg tok/s", "req tok/s p50", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
-              "ITL p99 ms", "E2E p50 ms", "conc", "server tok/s")  # fmt: skip
+    header = (
+        "C",
+        "status",
+        "done/fail",
+        "agg tok/s",
+        "req tok/s p50",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "ITL p50 ms",
+        "ITL p99 ms",
+        "E2E p50 ms",
+        "conc",
+        "server tok/s",
+    )
     rows = []
     for level in levels:
         if level["status"] == "failed" and "decode_tok_s" not in level:
             rows.append((str(level["concurrency"]), "failed", f"0/{level.get('failed', 0)}", *["-"] * 9))
             continue
         server = (level.get("server_metrics") or {}).get("gen_throughput")
-        rows.append((
-            str(level["concurrency"]), level["status"], f"{level['completed']}/{level['failed']}",
-            number(level["aggregate_tok_s"]), number(level["decode_tok_s"]["p50"]), number(level["ttft_ms"]["p50"]),
-            number(level["ttft_ms"]["p99"]), number(level["itl_ms"]["p50"], 2), number(level["itl_ms"]["p99"], 2),
-            number(level["e2e_ms"]["p50"], 0), number(level["achieved_concurrency"], 1), number(server),
-        ))  # fmt: skip
+        rows.append(
+            (
+                str(level["concurrency"]),
+                level["status"],
+                f"{level['completed']}/{level['failed']}",
+                number(level["aggregate_tok_s"]),
+                number(level["decode_tok_s"]["p50"]),
+                number(level["ttft_ms"]["p50"]),
+                number(level["ttft_ms"]["p99"]),
+                number(level["itl_ms"]["p50"], 2),
+                number(level["itl_ms"]["p99"], 2),
+                number(level["e2e_ms"]["p50"], 0),
+                number(level["achieved_concurrency"], 1),
+                number(server),
+            )
+        )
     if any("goodput" in level for level in levels):
         header = (*header, "good %", "good req/s", "good tok/s")
         rows = [(*row, *_goodput_cells(level)) for row, level in zip(rows, levels, strict=True)]
@@ -31,8 +53,11 @@ def level_table(levels: list[dict[str, Any]]) -> str:
     else:
         notes_head = []
     lines = [tables.text_table(header, rows, right_aligned=True), *notes_head]
-    notes = [f"C={lv['concurrency']}: {lv.get('error') or ', '.join(lv.get('errors', []))}" for lv in levels
-             if lv["status"] != "ok" and (lv.get("error") or lv.get("errors"))]  # fmt: skip
+    notes = [
+        f"C={lv['concurrency']}: {lv.get('error') or ', '.join(lv.get('errors', []))}"
+        for lv in levels
+        if lv["status"] != "ok" and (lv.get("error") or lv.get("errors"))
+    ]
     return "\n".join(lines + notes)
 
 

@@ -51,9 +51,15 @@ def run_sweep(
     output_dir = private / "artifacts" / "records"
     output_dir.mkdir(parents=True)
     work_dir = f"/tmp/sglang-bench-{secrets.token_hex(8)}"  # on the load generator; removed here if interrupted
-    extravars = {**workload.extravars(), "bench_output_dir": str(output_dir), "bench_loadgen": loadgen,
-                 "bench_locust": str(Path(sys.executable).parent / "locust"), "bench_locustfile": str(LOCUSTFILE),
-                 "bench_api_key": api_key, "bench_work_dir": work_dir}  # fmt: skip
+    extravars = {
+        **workload.extravars(),
+        "bench_output_dir": str(output_dir),
+        "bench_loadgen": loadgen,
+        "bench_locust": str(Path(sys.executable).parent / "locust"),
+        "bench_locustfile": str(LOCUSTFILE),
+        "bench_api_key": api_key,
+        "bench_work_dir": work_dir,
+    }
     if url:
         extravars["bench_url"] = url
     if server_host:
@@ -93,11 +99,16 @@ def run_sweep(
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         runner = ansible_runner.run(
-            private_data_dir=str(private), project_dir=str(REPO), playbook=str(PLAYBOOK),
-            inventory=str(inventory) if inventory else None, cmdline=f"-e @{vars_file}", quiet=True,
+            private_data_dir=str(private),
+            project_dir=str(REPO),
+            playbook=str(PLAYBOOK),
+            inventory=str(inventory) if inventory else None,
+            cmdline=f"-e @{vars_file}",
+            quiet=True,
             envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
-            event_handler=on_event, cancel_callback=lambda: interrupted["flag"],
-        )  # fmt: skip
+            event_handler=on_event,
+            cancel_callback=lambda: interrupted["flag"],
+        )
     finally:
         signal.signal(signal.SIGINT, previous)
         if interrupted["flag"]:

@@ -104,9 +104,16 @@ class Workload:
             "--metrics-interval", type=bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
         )
         add("--processes", type=bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
-        add("--goodput", type=parse_goodput, nargs="+", action=_Pairs, default={}, metavar="KEY:MS",
+        add(
+            "--goodput",
+            type=parse_goodput,
+            nargs="+",
+            action=_Pairs,
+            default={},
+            metavar="KEY:MS",
             help="request-level bounds (ttft, tpot, e2el in ms, e.g. ttft:2000 tpot:50): each level also reports the "
-                 "good requests per second, good tok/s and good fraction")  # fmt: skip
+            "good requests per second, good tok/s and good fraction",
+        )
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> Workload:

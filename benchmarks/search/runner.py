@@ -115,8 +115,13 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     digests = {c.name: declaration_hash(c.entry, shared) for c in candidates}
     workload_dict = dict(vars(workload))
     # What decides which levels a candidate gets measured at is part of the search's identity too.
-    plan = {**workload_dict, "knee": options.knee, "slo": [vars(b) for b in options.slo], "max_probes": options.max_probes,
-            "resolution": options.resolution}  # fmt: skip
+    plan = {
+        **workload_dict,
+        "knee": options.knee,
+        "slo": [vars(b) for b in options.slo],
+        "max_probes": options.max_probes,
+        "resolution": options.resolution,
+    }
     identifier = options.resume or manifest.search_id(host, [digests[c.name] for c in candidates], plan)
     path = manifest.path_for(options.results_dir, host, identifier)
     try:

@@ -155,8 +155,7 @@ def main() -> None:
         holders = parse_holders(ask(APPS_QUERY), bus_ids, wanted)
         if module.params["foreign_only"]:
             holders = [h for h in holders if not in_units(h["pid"], module.params["foreign_only"])]
-        result.update(holders=holders, used_mib=sum(h["used_mib"] for h in holders),
-                      elapsed=round(time.monotonic() - started, 1))  # fmt: skip
+        result.update(holders=holders, used_mib=sum(h["used_mib"] for h in holders), elapsed=round(time.monotonic() - started, 1))
         if holders and module.params["fail_if_held"]:
             module.fail_json(
                 msg=(

@@ -21,8 +21,15 @@ FAST = ["--output-tokens", "16", "--input-tokens", "8", "--min-requests", "4", "
 
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO, capture_output=True, text=True,
-                          env=env, timeout=timeout, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def stored(results_dir: Path) -> list[dict]:
@@ -33,8 +40,20 @@ def test_a_run_is_stored_and_never_overwritten_and_compare_reads_it(tmp_path):
     with local_server(tmp_path, "--enable-metrics", load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
         assert wait_http(url + "/health_generate", 20, process) == 200
         for _ in range(2):
-            done = bench("run", "--url", url, "--levels", "1,4", *FAST, "--layout", "tiny", "--metrics-interval", "0.1",
-                         "--results-dir", str(tmp_path / "r"))  # fmt: skip
+            done = bench(
+                "run",
+                "--url",
+                url,
+                "--levels",
+                "1,4",
+                *FAST,
+                "--layout",
+                "tiny",
+                "--metrics-interval",
+                "0.1",
+                "--results-dir",
+                str(tmp_path / "r"),
+            )
             assert done.returncode == 0, done.stdout + done.stderr
     assert "C=1: locust finished" in done.stdout and "complete" in done.stdout
     runs = stored(tmp_path / "r")
@@ -82,9 +101,28 @@ def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_don
         assert wait_http(url + "/health_generate", 20, process) == 200
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
         # 100 tokens at 10 ms: each request takes a second, so C=2 is still running when Ctrl-C comes.
-        argv = [sys.executable, "-m", "benchmarks", "run", "--url", url, "--levels", "1,2", "--output-tokens", "100",
-                "--min-requests", "2", "--rounds", "1", "--warmup", "0", "--results-dir", str(tmp_path / "r"),
-                "--level-timeout", "60"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "run",
+            "--url",
+            url,
+            "--levels",
+            "1,2",
+            "--output-tokens",
+            "100",
+            "--min-requests",
+            "2",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+            "--results-dir",
+            str(tmp_path / "r"),
+            "--level-timeout",
+            "60",
+        ]
         runner = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         seen = ""
         deadline = time.monotonic() + 120
@@ -129,9 +167,25 @@ def test_chat_deltas_of_several_tokens_give_per_token_itl(tmp_path, continuous_u
     simulation = {"load_seconds": 0.1, "itl_ms": {"default": 10.0}, "stream_interval": 3, "continuous_usage": continuous_usage}
     with local_server(tmp_path, **simulation) as (process, url, _):
         assert wait_http(url + "/health_generate", 20, process) == 200
-        done = bench("run", "--url", url, "--levels", "1,4", "--output-tokens", "30", "--input-tokens", "8",
-                     "--min-requests", "8", "--rounds", "2", "--level-timeout", "60",
-                     "--results-dir", str(tmp_path / "r"))  # fmt: skip
+        done = bench(
+            "run",
+            "--url",
+            url,
+            "--levels",
+            "1,4",
+            "--output-tokens",
+            "30",
+            "--input-tokens",
+            "8",
+            "--min-requests",
+            "8",
+            "--rounds",
+            "2",
+            "--level-timeout",
+            "60",
+            "--results-dir",
+            str(tmp_path / "r"),
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     (run,) = stored(tmp_path / "r")
     for level in run["levels"]:
@@ -145,8 +199,19 @@ def test_goodput_against_the_stand_ins_clock(tmp_path):
     """10 ms a token after a 20 ms prefill: TPOT <= 12 holds for every request, TTFT <= 5 for none."""
     with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
         assert wait_http(url + "/health_generate", 20, process) == 200
-        done = bench("run", "--url", url, "--levels", "1,4", *FAST, "--goodput", "tpot:12", "e2el:5000",
-                     "--results-dir", str(tmp_path / "all"))  # fmt: skip
+        done = bench(
+            "run",
+            "--url",
+            url,
+            "--levels",
+            "1,4",
+            *FAST,
+            "--goodput",
+            "tpot:12",
+            "e2el:5000",
+            "--results-dir",
+            str(tmp_path / "all"),
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         none = bench("run", "--url", url, "--levels", "4", *FAST, "--goodput", "ttft:5", "--results-dir", str(tmp_path / "none"))
         assert none.returncode == 0, none.stdout + none.stderr

@@ -30,8 +30,19 @@ def test_a_keyed_server_is_measured_with_its_key_and_no_secret_is_stored(tmp_pat
     flags = ("--api-key", KEY, "--admin-api-key", "admin-0123456789abcdef", "--ssl-keyfile-password", "pw-9876")
     with local_server(tmp_path, *flags, load_seconds=0.1, itl_ms={"default": 5.0}) as (process, url, _):
         assert wait_http(url + "/health_generate", 20, process) == 200
-        done = bench("run", "--url", url, "--levels", "1", *FAST, "--model", "m{{ 6*7 }}", "--results-dir",
-                     str(tmp_path / "r"), env={"SGLANG_API_KEY": KEY})  # fmt: skip
+        done = bench(
+            "run",
+            "--url",
+            url,
+            "--levels",
+            "1",
+            *FAST,
+            "--model",
+            "m{{ 6*7 }}",
+            "--results-dir",
+            str(tmp_path / "r"),
+            env={"SGLANG_API_KEY": KEY},
+        )
         unauthorized = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(tmp_path / "none"))
     assert done.returncode == 0, done.stdout + done.stderr
     (saved,) = (tmp_path / "r").rglob("*.json")
@@ -65,9 +76,15 @@ def test_bad_urls_are_refused_in_words_and_never_echo_a_password(tmp_path, url, 
 
 @pytest.mark.parametrize(
     "option",
-    [["--vocab-size", "0"], ["--rounds", "-1"], ["--warmup", "-5"], ["--levels", "0"], ["--processes", "x"],
-     ["--metrics-interval", "nan"]],
-)  # fmt: skip
+    [
+        ["--vocab-size", "0"],
+        ["--rounds", "-1"],
+        ["--warmup", "-5"],
+        ["--levels", "0"],
+        ["--processes", "x"],
+        ["--metrics-interval", "nan"],
+    ],
+)
 def test_out_of_range_numbers_are_refused(tmp_path, option):
     done = bench("run", "--url", "http://127.0.0.1:9", *option, "--results-dir", str(tmp_path))
     assert done.returncode == 2 and "Traceback" not in done.stderr and option[0] in done.stderr, done.stderr
@@ -82,9 +99,22 @@ def test_a_very_long_layout_name_still_gives_a_saved_record(tmp_path):
 
 
 def test_compare_skips_and_names_files_it_cannot_read(tmp_path):
-    good = {"kind": "sglang-benchmark-run", "status": "complete", "server": {"host": "h", "layout": "ep8"},
-            "levels": [{"concurrency": 1, "status": "ok", "completed": 4, "aggregate_tok_s": 60.0,
-                        "decode_tok_s": {"p50": 60.0}, "ttft_ms": {"p50": 20.0}, "itl_ms": {"p50": 16.0}}]}  # fmt: skip
+    good = {
+        "kind": "sglang-benchmark-run",
+        "status": "complete",
+        "server": {"host": "h", "layout": "ep8"},
+        "levels": [
+            {
+                "concurrency": 1,
+                "status": "ok",
+                "completed": 4,
+                "aggregate_tok_s": 60.0,
+                "decode_tok_s": {"p50": 60.0},
+                "ttft_ms": {"p50": 20.0},
+                "itl_ms": {"p50": 16.0},
+            }
+        ],
+    }
     results.save_record(good, tmp_path, "h", "ep8")
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "h" / "old.json").write_text(

@@ -27,14 +27,32 @@ LEVELS = (1, 16, 64)
 @pytest.fixture(scope="module")
 def benchmarked(provisioned, declared_vars, tmp_path_factory):
     declared = declared_vars["sglang_common_args"]
-    deployed = provisioned.playbook("deploy.yml", "-e", "layout=ep8",
-                                    extra_vars={"sglang_common_args": {**declared, "enable-metrics": True}})  # fmt: skip
+    deployed = provisioned.playbook(
+        "deploy.yml", "-e", "layout=ep8", extra_vars={"sglang_common_args": {**declared, "enable-metrics": True}}
+    )
     assert deployed.returncode == 0, deployed.output[-3000:]
     results = tmp_path_factory.mktemp("results")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    argv = [sys.executable, "-m", "benchmarks", "run", "--server-host", provisioned.box.name, "--inventory",
-            str(provisioned.inventory), "--levels", ",".join(map(str, LEVELS)), "--output-tokens", "64",
-            "--rounds", "2", "--results-dir", str(results), "--metrics-interval", "0.5"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "run",
+        "--server-host",
+        provisioned.box.name,
+        "--inventory",
+        str(provisioned.inventory),
+        "--levels",
+        ",".join(map(str, LEVELS)),
+        "--output-tokens",
+        "64",
+        "--rounds",
+        "2",
+        "--results-dir",
+        str(results),
+        "--metrics-interval",
+        "0.5",
+    ]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     (path,) = results.rglob("*.json")

@@ -82,8 +82,16 @@ def test_swap_to_tp8_leaves_exactly_one_layout_active_and_enabled(provisioned):
 def test_gpus_held_outside_the_project_refuse_the_swap_before_anything_stops(provisioned):
     box = provisioned.box
     # A server started by hand on GPU 0-3: the stand-in nvidia-smi lists any `sglang.launch_server` process.
-    box.run("sudo", "systemd-run", "--unit=by-hand-server", "--setenv=CUDA_VISIBLE_DEVICES=0,1,2,3",
-            "python3", "-c", "import time; time.sleep(600)", "sglang.launch_server")  # fmt: skip
+    box.run(
+        "sudo",
+        "systemd-run",
+        "--unit=by-hand-server",
+        "--setenv=CUDA_VISIBLE_DEVICES=0,1,2,3",
+        "python3",
+        "-c",
+        "import time; time.sleep(600)",
+        "sglang.launch_server",
+    )
     try:
         refused = deploy(provisioned, "ep8")
         assert refused.returncode != 0
@@ -123,10 +131,14 @@ def test_preflight_refuses_the_field_failures_and_tp8_keeps_serving_untouched(pr
     [
         ("tp2ep4", None, "Cause: a parallel-width error", "ZeroDivisionError: integer division or modulo by zero"),
         ("tp4ep2", None, "Cause: out of GPU memory", "CUDA out of memory"),
-        ("badflag", {"sglang_layouts": {"badflag": {"tp": 8, "args": {"cuda-graph-max-bs": 64}}}},
-         "Cause: SGLang refused a command-line flag", "error: ambiguous option: --cuda-graph-max-bs could match"),
+        (
+            "badflag",
+            {"sglang_layouts": {"badflag": {"tp": 8, "args": {"cuda-graph-max-bs": 64}}}},
+            "Cause: SGLang refused a command-line flag",
+            "error: ambiguous option: --cuda-graph-max-bs could match",
+        ),
     ],
-)  # fmt: skip
+)
 def test_with_preflight_off_a_crash_is_diagnosed_and_tp8_serves_again(provisioned, layout, extra_vars, cause, quoted):
     box = provisioned.box
     crashed = deploy(provisioned, layout, "-e", "preflight=false", extra_vars=extra_vars)
@@ -143,10 +155,13 @@ def test_with_preflight_off_a_crash_is_diagnosed_and_tp8_serves_again(provisione
     [
         ("nope", None, "layout = 'nope': is not declared in sglang_layouts. Fix: use one of: tp8, pp8, ep8"),
         ("bad", {"sglang_layouts": {"bad": {"tp": "eight"}}}, "sglang_layouts.bad.tp = 'eight': must be a whole number"),
-        ("warp", {"sglang_layouts": {"warp": {"tp": 8, "args": {"enable-warp-drive": True}}}},
-         "--enable-warp-drive is not a flag of SGLang 0.5.23+standin"),
+        (
+            "warp",
+            {"sglang_layouts": {"warp": {"tp": 8, "args": {"enable-warp-drive": True}}}},
+            "--enable-warp-drive is not a flag of SGLang 0.5.23+standin",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_declarations_are_refused_before_the_host_changes(provisioned, layout, extra_vars, message):
     box = provisioned.box
     before = (main_pid(box, "tp8"), project_units(box))
@@ -182,8 +197,13 @@ def test_changed_arguments_restart_through_the_swap_and_a_bad_change_is_undone(p
     serving_only(box, provisioned.port, "tp8")
 
     good_unit = box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout
-    broken = deploy(provisioned, "tp8", "-e", "preflight=false",
-                    extra_vars=common_args_with(**{"max-running-requests": 128, "attention-backend": "warp"}))  # fmt: skip
+    broken = deploy(
+        provisioned,
+        "tp8",
+        "-e",
+        "preflight=false",
+        extra_vars=common_args_with(**{"max-running-requests": 128, "attention-backend": "warp"}),
+    )
     assert broken.returncode != 0
     assert "invalid choice: 'warp'" in broken.stdout and "Rolled back: sglang-k26-tp8.service is serving again" in broken.stdout
     assert box.run("cat", f"{UNIT_DIR}/{unit('tp8')}").stdout == good_unit
@@ -234,9 +254,13 @@ def test_the_deployed_ep8_tuned_unit_matches_the_field_notes_flag_by_flag(provis
         "CUDA_HOME": "/usr/local/cuda-13.0",
     }
     assert {k: keys[k] for k in ("Type", "Restart", "StandardOutput", "StandardError", "WantedBy", "User")} == {
-        "Type": "simple", "Restart": "no", "StandardOutput": "journal", "StandardError": "journal",
-        "WantedBy": "multi-user.target", "User": "sglang",
-    }  # fmt: skip
+        "Type": "simple",
+        "Restart": "no",
+        "StandardOutput": "journal",
+        "StandardError": "journal",
+        "WantedBy": "multi-user.target",
+        "User": "sglang",
+    }
     assert box.run("head", "-3", f"{UNIT_DIR}/{unit('ep8-tuned')}").stdout.startswith("#\n# Ansible managed")
     serving_only(box, provisioned.port, "ep8-tuned")
 

@@ -23,12 +23,31 @@ from tests.rehearsal.playbook import REPO
 
 API_KEY = "sk-rehearsal-2c7e9d41f0a8b3c5"
 INJECTION = "EP8\n[Service]\nExecStartPre=+/bin/touch /tmp/injected"
-SANDBOX = ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "ProtectKernelTunables=yes",
-           "ProtectKernelModules=yes", "ProtectKernelLogs=yes", "ProtectControlGroups=yes", "ProtectClock=yes",
-           "ProtectHostname=yes", "RestrictSUIDSGID=yes", "LockPersonality=yes", "RestrictRealtime=yes",
-           "RestrictNamespaces=yes", "SystemCallArchitectures=native", "CapabilityBoundingSet=", "UMask=0077",
-           "DevicePolicy=closed", "DeviceAllow=char-nvidia-frontend rw", "DeviceAllow=char-nvidia-uvm rw",
-           "DeviceAllow=char-nvidia-caps rw", "LimitMEMLOCK=infinity", "ReadWritePaths=/var/lib/sglang")  # fmt: skip
+SANDBOX = (
+    "NoNewPrivileges=yes",
+    "ProtectSystem=strict",
+    "ProtectHome=yes",
+    "PrivateTmp=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "RestrictRealtime=yes",
+    "RestrictNamespaces=yes",
+    "SystemCallArchitectures=native",
+    "CapabilityBoundingSet=",
+    "UMask=0077",
+    "DevicePolicy=closed",
+    "DeviceAllow=char-nvidia-frontend rw",
+    "DeviceAllow=char-nvidia-uvm rw",
+    "DeviceAllow=char-nvidia-caps rw",
+    "LimitMEMLOCK=infinity",
+    "ReadWritePaths=/var/lib/sglang",
+)
 
 
 def http_status(url: str, key: str | None = None) -> int:
@@ -148,9 +167,28 @@ def test_an_api_key_guards_the_server_and_appears_nowhere_else(provisioned, tmp_
     assert again.returncode == 0 and again.changed(box.name) == 0, again.stdout[-3000:]
 
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SGLANG_API_KEY": API_KEY}
-    argv = [sys.executable, "-m", "benchmarks", "run", "--server-host", box.name, "--inventory", str(provisioned.inventory),
-            "--levels", "1", "--output-tokens", "8", "--input-tokens", "4", "--min-requests", "2", "--rounds", "1",
-            "--results-dir", str(tmp_path)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "run",
+        "--server-host",
+        box.name,
+        "--inventory",
+        str(provisioned.inventory),
+        "--levels",
+        "1",
+        "--output-tokens",
+        "8",
+        "--input-tokens",
+        "4",
+        "--min-requests",
+        "2",
+        "--rounds",
+        "1",
+        "--results-dir",
+        str(tmp_path),
+    ]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     (saved,) = tmp_path.rglob("*.json")

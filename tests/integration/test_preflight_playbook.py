@@ -10,18 +10,28 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 OFFLINE = [
-    "-e", "gpu_count=8", "-e", "gpu_memory_gib=94.97",
-    "-e", f"model_config_path={REPO}/examples/models/kimi-k2.6/config.json",
-    "-e", f"flag_table_path={REPO}/tests/data/sglang-0.5.23-flags.json",
-]  # fmt: skip
+    "-e",
+    "gpu_count=8",
+    "-e",
+    "gpu_memory_gib=94.97",
+    "-e",
+    f"model_config_path={REPO}/examples/models/kimi-k2.6/config.json",
+    "-e",
+    f"flag_table_path={REPO}/tests/data/sglang-0.5.23-flags.json",
+]
 
 
 def preflight(*extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     return subprocess.run(
         ["ansible-playbook", "playbooks/preflight.yml", *OFFLINE, *extra],
-        cwd=REPO, capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_accepted_layout_prints_the_table_and_exits_0():

@@ -92,8 +92,9 @@ def test_an_unreachable_repository_is_explained(box, cuda_repo, tmp_path):
 def test_a_pinned_toolkit_is_held_and_a_missing_or_old_python_is_explained(box, cuda_repo, tmp_path):
     fake = "printf '#!/bin/sh\\necho 3.9\\n' > /usr/local/bin/python3.9 && chmod +x /usr/local/bin/python3.9"
     box.run("sudo", "sh", "-c", fake)
-    inventory = gpu_box_inventory(box, tmp_path, cuda_repo, cuda_toolkit_package_version="13.0.0-1",
-                                  sglang_venv_python="/usr/local/bin/python3.9")  # fmt: skip
+    inventory = gpu_box_inventory(
+        box, tmp_path, cuda_repo, cuda_toolkit_package_version="13.0.0-1", sglang_venv_python="/usr/local/bin/python3.9"
+    )
     old = run_playbook("playbooks/provision.yml", inventory)
     assert old.returncode != 0
     assert "needs Python 3.11 to 3.13 with venv" in old.stdout and "is Python 3.9" in old.stdout
@@ -111,8 +112,11 @@ def test_model_files_from_the_controller_are_copied_once(provisioned, tmp_path):
     source.mkdir()
     (source / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     (source / "model.safetensors").write_bytes(b"\0" * 4096)
-    settings = {"sglang_model_source": "controller", "sglang_model_controller_path": str(source),
-                "sglang_model_dest": "/srv/models/tiny"}  # fmt: skip
+    settings = {
+        "sglang_model_source": "controller",
+        "sglang_model_controller_path": str(source),
+        "sglang_model_dest": "/srv/models/tiny",
+    }
     first = provisioned.playbook("playbooks/provision.yml", extra_vars=settings)
     assert first.returncode == 0, first.output[-3000:]
     assert first.changed(provisioned.box.name) > 0
@@ -126,8 +130,12 @@ def test_model_files_from_the_controller_are_copied_once(provisioned, tmp_path):
 
 def test_a_hugging_face_token_never_reaches_the_output(provisioned):
     secret = "hf_SECRET_token_that_must_not_leak"
-    settings = {"sglang_model_source": "huggingface", "sglang_model_hf_repo": "moonshotai/Kimi-K2.6",
-                "sglang_model_hf_token": secret, "sglang_model_dest": "/srv/models/from-hub"}  # fmt: skip
+    settings = {
+        "sglang_model_source": "huggingface",
+        "sglang_model_hf_repo": "moonshotai/Kimi-K2.6",
+        "sglang_model_hf_token": secret,
+        "sglang_model_dest": "/srv/models/from-hub",
+    }
     run = provisioned.playbook("playbooks/provision.yml", "-vvv", extra_vars=settings)
     assert run.returncode != 0  # no hub here (and the stand-in venv has no hf CLI)
     assert secret not in run.output
@@ -149,9 +157,13 @@ def test_model_files_from_another_host_are_pulled_once_over_ssh(provisioned, box
     key = target.run("sudo", "cat", "/root/.ssh/models.pub").stdout
     with open(box.root / "root" / ".ssh" / "authorized_keys", "a") as keys:
         keys.write(key)
-    settings = {"sglang_model_source": "host", "sglang_model_source_host": "root@127.0.0.1",
-                "sglang_model_source_path": "/data/models/tiny", "sglang_model_dest": "/srv/models/pulled",
-                "sglang_model_source_ssh_options": f"-p {box.ssh_port} -i /root/.ssh/models"}  # fmt: skip
+    settings = {
+        "sglang_model_source": "host",
+        "sglang_model_source_host": "root@127.0.0.1",
+        "sglang_model_source_path": "/data/models/tiny",
+        "sglang_model_dest": "/srv/models/pulled",
+        "sglang_model_source_ssh_options": f"-p {box.ssh_port} -i /root/.ssh/models",
+    }
     first = provisioned.playbook("playbooks/provision.yml", extra_vars=settings)
     assert first.returncode == 0, first.output[-3000:]
     pulled = target.run("runuser", "-u", "sglang", "--", "cat", "/srv/models/pulled/config.json", user="root").stdout

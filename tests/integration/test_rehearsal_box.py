@@ -104,7 +104,12 @@ def test_ansible_reaches_the_box_over_ssh_with_become(box, tmp_path):
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     done = subprocess.run(
         ["ansible", "sglang_servers", "-i", str(inventory), "-m", "ansible.builtin.command", "-a", "id -u"],
-        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{box.name} | CHANGED | rc=0" in done.stdout and done.stdout.strip().endswith("0")

@@ -23,13 +23,30 @@ from tests.rehearsal.gpu_host import GPU_HOST, true_decode_tok_s
 from tests.rehearsal.playbook import REPO
 
 WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0")
-KEYS = {"tp8": "tp8-ep1-pp1-dp1", "pp8": "tp1-ep1-pp8-dp1", "ep8": "tp8-ep8-pp1-dp1", "ep8-tuned": "tp8-ep8-pp1-dp1",
-        "ep4": "tp8-ep4-pp1-dp1"}  # fmt: skip
+KEYS = {
+    "tp8": "tp8-ep1-pp1-dp1",
+    "pp8": "tp1-ep1-pp8-dp1",
+    "ep8": "tp8-ep8-pp1-dp1",
+    "ep8-tuned": "tp8-ep8-pp1-dp1",
+    "ep4": "tp8-ep4-pp1-dp1",
+}
 
 
 def search_argv(provisioned, results: Path, *options: str) -> list[str]:
-    return [sys.executable, "-m", "benchmarks", "search", "--server-host", provisioned.box.name, "--inventory",
-            str(provisioned.inventory), "--results-dir", str(results), *WORKLOAD, *options]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "search",
+        "--server-host",
+        provisioned.box.name,
+        "--inventory",
+        str(provisioned.inventory),
+        "--results-dir",
+        str(results),
+        *WORKLOAD,
+        *options,
+    ]
 
 
 def env() -> dict[str, str]:
@@ -109,8 +126,14 @@ def test_the_report_and_compare_read_the_search(searched):
     _, results, _ = searched
     (markdown,) = results.glob("*/searches/*.md")
     assert "## Winners" in markdown.read_text() and markdown.with_suffix(".png").stat().st_size > 10_000
-    compared = subprocess.run([sys.executable, "-m", "benchmarks", "compare", str(results)], cwd=REPO, capture_output=True,
-                              text=True, env=env(), check=False)  # fmt: skip
+    compared = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "compare", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env(),
+        check=False,
+    )
     assert compared.returncode == 0, compared.stderr
     assert all(name in compared.stdout for name in KEYS) and "skipped" not in compared.stdout + compared.stderr
 
@@ -128,8 +151,9 @@ def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned
     assert provisioned.playbook("deploy.yml", "-e", "layout=tp8").returncode == 0
     results = tmp_path / "results"
     options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--levels", "1,16", "--leave", "original")
-    process = subprocess.Popen(search_argv(provisioned, results, *options), cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        search_argv(provisioned, results, *options), cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 300
     first = ""
     while time.monotonic() < deadline:
@@ -168,8 +192,20 @@ def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path)
     """EP4's TPOT is max(22.2 ms, C / 1,531 tok/s): within 31 ms up to C = 47.5. Levels 1, 16, 64 bracket it;
     bisection on the same launch narrows the bracket to 10% around the truth."""
     results = tmp_path / "results"
-    done = search(provisioned, results, "--layouts", "ep4", "--levels", "1,16,64", "--slo", "tpot_p99=31",
-                  "--objective", "capacity", "--leave", "none")  # fmt: skip
+    done = search(
+        provisioned,
+        results,
+        "--layouts",
+        "ep4",
+        "--levels",
+        "1,16,64",
+        "--slo",
+        "tpot_p99=31",
+        "--objective",
+        "capacity",
+        "--leave",
+        "none",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     (entry,) = the_manifest(results)["candidates"]
     low, high = entry["scores"]["capacity_bracket"]

@@ -30,10 +30,35 @@ def pinned(cpu: int) -> list[str]:
 
 
 def ours(url: str, vocab: int, results: Path) -> dict[int, tuple[float, float]]:
-    argv = [*pinned(1), sys.executable, "-m", "benchmarks", "run", "--url", url, "--endpoint", "generate", "--vocab-size",
-            str(vocab), "--levels", ",".join(map(str, LEVELS)), "--output-tokens", "64", "--input-tokens", "32",
-            "--min-requests", "16", "--rounds", "1", "--warmup", "4", "--layout", "cpu-tp1",
-            "--results-dir", str(results)]  # fmt: skip
+    argv = [
+        *pinned(1),
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "run",
+        "--url",
+        url,
+        "--endpoint",
+        "generate",
+        "--vocab-size",
+        str(vocab),
+        "--levels",
+        ",".join(map(str, LEVELS)),
+        "--output-tokens",
+        "64",
+        "--input-tokens",
+        "32",
+        "--min-requests",
+        "16",
+        "--rounds",
+        "1",
+        "--warmup",
+        "4",
+        "--layout",
+        "cpu-tp1",
+        "--results-dir",
+        str(results),
+    ]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=True, timeout=900)
     newest = max(results.rglob("*.json"), key=lambda p: p.stat().st_mtime)
@@ -42,10 +67,36 @@ def ours(url: str, vocab: int, results: Path) -> dict[int, tuple[float, float]]:
 
 
 def bench_serving(python: Path, url: str, model: Path, concurrency: int) -> tuple[float, float]:
-    argv = [*pinned(1), str(python), "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
-            "--dataset-name", "random-ids", "--random-input-len", "32", "--random-output-len", "64",
-            "--random-range-ratio", "1", "--num-prompts", "16", "--max-concurrency", str(concurrency), "--tokenizer",
-            str(model), "--model", str(model), "--seed", "0", "--warmup-requests", "4"]  # fmt: skip
+    argv = [
+        *pinned(1),
+        str(python),
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--base-url",
+        url,
+        "--dataset-name",
+        "random-ids",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "64",
+        "--random-range-ratio",
+        "1",
+        "--num-prompts",
+        "16",
+        "--max-concurrency",
+        str(concurrency),
+        "--tokenizer",
+        str(model),
+        "--model",
+        str(model),
+        "--seed",
+        "0",
+        "--warmup-requests",
+        "4",
+    ]
     with tempfile.TemporaryDirectory() as scratch:  # bench_serving also writes a .jsonl of its own
         argv += ["--output-file", str(Path(scratch) / "bench_serving.jsonl")]
         out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900, cwd=scratch).stdout
@@ -67,16 +118,20 @@ def main() -> int:
                 for concurrency in LEVELS:
                     theirs = bench_serving(python, url, model, concurrency)
                     rows.append((round_ + 1, concurrency, *mine[concurrency], *theirs))
-                    print(f"round {round_ + 1} C={concurrency}: ours {mine[concurrency][0]:.1f} tok/s, ITL p50 "
-                          f"{mine[concurrency][1]:.2f} ms; bench_serving {theirs[0]:.1f} tok/s, median ITL {theirs[1]:.2f} ms",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"round {round_ + 1} C={concurrency}: ours {mine[concurrency][0]:.1f} tok/s, ITL p50 "
+                        f"{mine[concurrency][1]:.2f} ms; bench_serving {theirs[0]:.1f} tok/s, median ITL {theirs[1]:.2f} ms",
+                        flush=True,
+                    )
     print("\nC  output_throughput ours/bench_serving  median ITL ours/bench_serving")
     for concurrency in LEVELS:
         picked = [row for row in rows if row[1] == concurrency]
         throughput = [row[2] / row[4] for row in picked]
         itl = [row[3] / row[5] for row in picked]
-        print(f"{concurrency}  {min(throughput):.2f}-{max(throughput):.2f} (mean {sum(throughput) / len(throughput):.2f})"
-              f"                 {min(itl):.2f}-{max(itl):.2f} (mean {sum(itl) / len(itl):.2f})")  # fmt: skip
+        print(
+            f"{concurrency}  {min(throughput):.2f}-{max(throughput):.2f} (mean {sum(throughput) / len(throughput):.2f})"
+            f"                 {min(itl):.2f}-{max(itl):.2f} (mean {sum(itl) / len(itl):.2f})"
+        )
     return 0
 
 

@@ -43,14 +43,21 @@ def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
         tiny_model.shim(box.root / SHIM.lstrip("/"))
         port = boxes.free_port()
         inventory = write_inventory(
-            box, tmp_path_factory.mktemp("real-box"),
+            box,
+            tmp_path_factory.mktemp("real-box"),
             cuda_toolkit_repo_base_url=cuda_repo.base_url,
-            sglang_venv_find_links=["/opt/real-wheelhouse"], sglang_venv_no_index=True,
-            sglang_model_path="/srv/models/tiny-llama", sglang_model_slug="tiny", sglang_port=port,
-            sglang_bind_address="127.0.0.1", sglang_common_args={"device": "cpu", "max-total-tokens": 65536},
-            sglang_common_env={}, sglang_layouts=LAYOUTS, sglang_service_health_timeout=600,
+            sglang_venv_find_links=["/opt/real-wheelhouse"],
+            sglang_venv_no_index=True,
+            sglang_model_path="/srv/models/tiny-llama",
+            sglang_model_slug="tiny",
+            sglang_port=port,
+            sglang_bind_address="127.0.0.1",
+            sglang_common_args={"device": "cpu", "max-total-tokens": 65536},
+            sglang_common_env={},
+            sglang_layouts=LAYOUTS,
+            sglang_service_health_timeout=600,
             sglang_service_health_interval=1,
-        )  # fmt: skip
+        )
         provisioned = run_playbook("playbooks/provision.yml", inventory, timeout=1800)
         assert provisioned.returncode == 0, provisioned.output[-4000:]
         yield box, inventory, port
@@ -109,10 +116,32 @@ def test_an_ambiguous_flag_is_refused_then_diagnosed_and_rolled_back_when_forced
 def test_our_benchmark_against_the_deployed_real_server_agrees_with_its_counts(real_box, real_python, tmp_path):
     box, inventory, _ = real_box
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    argv = [sys.executable, "-m", "benchmarks", "run", "--server-host", box.name, "--inventory", str(inventory),
-            "--endpoint", "generate", "--vocab-size", str(real_server.vocab_size(real_python)), "--levels", "1,4",
-            "--output-tokens", "32", "--input-tokens", "16", "--min-requests", "8", "--rounds", "2",
-            "--results-dir", str(tmp_path)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "run",
+        "--server-host",
+        box.name,
+        "--inventory",
+        str(inventory),
+        "--endpoint",
+        "generate",
+        "--vocab-size",
+        str(real_server.vocab_size(real_python)),
+        "--levels",
+        "1,4",
+        "--output-tokens",
+        "32",
+        "--input-tokens",
+        "16",
+        "--min-requests",
+        "8",
+        "--rounds",
+        "2",
+        "--results-dir",
+        str(tmp_path),
+    ]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=900, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     (path,) = tmp_path.rglob("*.json")
@@ -138,8 +167,9 @@ def test_the_real_server_takes_its_api_key_from_the_credential_file_under_the_sa
     )
     assert answer.stdout == "200"
     (box.root / "root" / "pattern").write_text(key + "\n")
-    traces = box.run("sh", "-c", "grep -lF -f /root/pattern /proc/[0-9]*/cmdline /etc/systemd/system/* 2>/dev/null",
-                     user="root", check=False)  # fmt: skip
+    traces = box.run(
+        "sh", "-c", "grep -lF -f /root/pattern /proc/[0-9]*/cmdline /etc/systemd/system/* 2>/dev/null", user="root", check=False
+    )
     assert traces.stdout.strip() == ""
     status = run_playbook("playbooks/status.yml", inventory)
     assert "sandbox: sglang-tiny-cpu-a.service:" in status.stdout, status.stdout[-2000:]

@@ -56,15 +56,17 @@ def test_the_real_help_parses_to_the_recorded_table(real_table, flag_table):
 
 def test_every_flag_and_choice_our_layouts_use_is_in_the_real_help(real_table, declaration):
     for name, layout in declaration.layouts.items():
-        argv = command.server_args(layout, model_path=declaration.model_path, port=declaration.port,
-                                   host=declaration.bind_address)  # fmt: skip
+        argv = command.server_args(
+            layout, model_path=declaration.model_path, port=declaration.port, host=declaration.bind_address
+        )
         assert flags.check_argv(argv, real_table) == [], name
 
 
 def test_our_verdicts_equal_the_real_argparse(real_python, real_table):
     lines = [["--model-path", "/m", *line.split()] for line in COMMAND_LINES]
-    done = subprocess.run([str(real_python), "-c", REAL_ARGPARSE], input=json.dumps(lines), capture_output=True,
-                          text=True, timeout=600, check=True)  # fmt: skip
+    done = subprocess.run(
+        [str(real_python), "-c", REAL_ARGPARSE], input=json.dumps(lines), capture_output=True, text=True, timeout=600, check=True
+    )
     real = json.loads(done.stdout)
     for argv, (code, message) in zip(lines, real, strict=True):
         ours = not any(f.severity == "error" for f in flags.check_argv(argv, real_table))
@@ -99,15 +101,29 @@ def test_the_real_argparse_reads_every_declared_layout_as_declared(real_python, 
     config = tmp_path / "sglang-secrets.yaml"
     config.write_text(secrets.config_yaml({"sglang_api_key": key, "sglang_admin_api_key": admin}))
     lines = [
-        command.server_args(layout, model_path=declaration.model_path, port=declaration.port, host=declaration.bind_address,
-                            secrets_file=str(config))
+        command.server_args(
+            layout,
+            model_path=declaration.model_path,
+            port=declaration.port,
+            host=declaration.bind_address,
+            secrets_file=str(config),
+        )
         for layout in declaration.layouts.values()
-    ]  # fmt: skip
+    ]
     assert all(key not in " ".join(argv) for argv in lines)
-    done = subprocess.run([str(real_python), "-c", REAL_PARSE], input=json.dumps(lines), capture_output=True, text=True,
-                          timeout=600, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(real_python), "-c", REAL_PARSE], input=json.dumps(lines), capture_output=True, text=True, timeout=600, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     for layout, seen in zip(declaration.layouts.values(), json.loads(done.stdout), strict=True):
-        assert seen == {"tp_size": layout.tp, "ep_size": layout.ep, "pp_size": layout.pp, "dp_size": layout.dp,
-                        "host": declaration.bind_address, "port": declaration.port, "model_path": declaration.model_path,
-                        "api_key": key, "admin_api_key": admin}, layout.name  # fmt: skip
+        assert seen == {
+            "tp_size": layout.tp,
+            "ep_size": layout.ep,
+            "pp_size": layout.pp,
+            "dp_size": layout.dp,
+            "host": declaration.bind_address,
+            "port": declaration.port,
+            "model_path": declaration.model_path,
+            "api_key": key,
+            "admin_api_key": admin,
+        }, layout.name

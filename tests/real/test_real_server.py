@@ -33,10 +33,34 @@ def test_our_benchmark_agrees_with_the_real_servers_counts(real_python, tmp_path
     with real_server.running(tmp_path / "server.log", "--enable-metrics", *flags) as url:
         before = generated_total(url)
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-        argv = [sys.executable, "-m", "benchmarks", "run", "--url", url, "--endpoint", endpoint, "--levels", "1,4",
-                "--output-tokens", str(OUTPUT_TOKENS), "--input-tokens", "16", "--min-requests", "8", "--rounds", "2",
-                "--vocab-size", str(real_server.vocab_size(real_python)), "--layout", "cpu-tp1",
-                "--results-dir", str(tmp_path / "r"), "--metrics-interval", "0.2"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "run",
+            "--url",
+            url,
+            "--endpoint",
+            endpoint,
+            "--levels",
+            "1,4",
+            "--output-tokens",
+            str(OUTPUT_TOKENS),
+            "--input-tokens",
+            "16",
+            "--min-requests",
+            "8",
+            "--rounds",
+            "2",
+            "--vocab-size",
+            str(real_server.vocab_size(real_python)),
+            "--layout",
+            "cpu-tp1",
+            "--results-dir",
+            str(tmp_path / "r"),
+            "--metrics-interval",
+            "0.2",
+        ]
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=900, check=False)
         after = generated_total(url)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -68,8 +68,10 @@ def _deb(work: Path, name: str, version: str, files: dict[str, tuple[str | bytes
 def _gpg(home: Path, *args: str, data: bytes | None = None) -> bytes:
     return subprocess.run(
         ["gpg", "--homedir", str(home), "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase", "", *args],
-        input=data, capture_output=True, check=True,
-    ).stdout  # fmt: skip
+        input=data,
+        capture_output=True,
+        check=True,
+    ).stdout
 
 
 def _release(directory: Path) -> str:
@@ -113,8 +115,9 @@ def build(root: Path, base_url: str, distro: str = "debian12", arch: str = "x86_
             },
             "CUDA Toolkit 13.0",
         ).rename(target / "cuda-toolkit-13-0_13.0.0-1_all.deb")
-        packages = subprocess.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=target,
-                                  capture_output=True, check=True).stdout  # fmt: skip
+        packages = subprocess.run(
+            ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=target, capture_output=True, check=True
+        ).stdout
         (target / "Packages").write_bytes(packages)
         subprocess.run(["gzip", "-kf9n", "Packages"], cwd=target, check=True)
         release = _release(target).encode()
@@ -130,8 +133,10 @@ def served(root: Path, distro: str = "debian12", arch: str = "x86_64") -> Iterat
     repo = build(root, f"http://127.0.0.1:{port}", distro, arch)
     server = subprocess.Popen(
         [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(root), str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     try:
         deadline = time.monotonic() + 10
         while True:

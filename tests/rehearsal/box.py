@@ -124,10 +124,22 @@ class Box:
 
     def ssh_command(self, *command: str, user: str | None = None) -> list[str]:
         return [
-            "ssh", "-p", str(self.ssh_port), "-i", str(self.key), "-o", "BatchMode=yes",
-            "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "LogLevel=ERROR",
-            f"{user or self.user}@127.0.0.1", shlex.join(command),
-        ]  # fmt: skip
+            "ssh",
+            "-p",
+            str(self.ssh_port),
+            "-i",
+            str(self.key),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "LogLevel=ERROR",
+            f"{user or self.user}@127.0.0.1",
+            shlex.join(command),
+        ]
 
     def run(
         self, *command: str, user: str | None = None, check: bool = True, timeout: float = 120
@@ -235,11 +247,24 @@ def boot(name: str | None = None, timeout: float = 60, binds: dict[str, str] | N
         _prepare(box, rootfs)
         console = open(directory / "console.log", "w")  # noqa: SIM115  (kept open for the box's life)
         process = subprocess.Popen(
-            ["systemd-nspawn", "-b", "-D", str(box.root), "--register=no", "--keep-unit", "-M", name,
-             "--resolv-conf=copy-host", "--console=read-only",
-             *(f"--bind={host}:{inside}" for host, inside in (binds or {}).items())],
-            stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                "systemd-nspawn",
+                "-b",
+                "-D",
+                str(box.root),
+                "--register=no",
+                "--keep-unit",
+                "-M",
+                name,
+                "--resolv-conf=copy-host",
+                "--console=read-only",
+                *(f"--bind={host}:{inside}" for host, inside in (binds or {}).items()),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         box.pid = process.pid
         box.save()
         _wait_for_ssh(box, time.monotonic() + timeout, process)

@@ -25,8 +25,13 @@ from tests.rehearsal.playbook import REPO, PlaybookRun, run_playbook
 
 LEVELS = "1,8,32"
 SEARCH_LEVELS = "1,16,64"
-OFFLINE_PREFLIGHT = {"layout": "ep8", "gpu_count": 8, "gpu_memory_gib": 94.97, "model_config_path": str(gpu_host.KIMI_CONFIG),
-                     "flag_table_path": str(REPO / "tests" / "data" / "sglang-0.5.23-flags.json")}  # fmt: skip
+OFFLINE_PREFLIGHT = {
+    "layout": "ep8",
+    "gpu_count": 8,
+    "gpu_memory_gib": 94.97,
+    "model_config_path": str(gpu_host.KIMI_CONFIG),
+    "flag_table_path": str(REPO / "tests" / "data" / "sglang-0.5.23-flags.json"),
+}
 
 
 def step(title: str) -> None:
@@ -96,9 +101,26 @@ def main() -> int:
 
             def benchmark(layout: str) -> bool:
                 step(f"benchmark {layout}: python -m benchmarks run --server-host {box.name} --levels {LEVELS}")
-                argv = [sys.executable, "-m", "benchmarks", "run", "--server-host", box.name, "--inventory", str(inventory),
-                        "--levels", LEVELS, "--output-tokens", "64", "--rounds", "2", "--min-requests", "4",
-                        "--results-dir", str(results)]  # fmt: skip
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "benchmarks",
+                    "run",
+                    "--server-host",
+                    box.name,
+                    "--inventory",
+                    str(inventory),
+                    "--levels",
+                    LEVELS,
+                    "--output-tokens",
+                    "64",
+                    "--rounds",
+                    "2",
+                    "--min-requests",
+                    "4",
+                    "--results-dir",
+                    str(results),
+                ]
                 env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
                 return subprocess.run(argv, cwd=REPO, env=env, check=False).returncode == 0
 
@@ -112,8 +134,14 @@ def main() -> int:
             print(error_text(done))
             checks.append(done.returncode != 0 and done.changed(box.name) == 0)
 
-            done = play("deploy tp2ep4 with preflight off (crashes, is diagnosed, tp8 comes back)", "deploy.yml",
-                        "-e", "layout=tp2ep4", "-e", "preflight=false")  # fmt: skip
+            done = play(
+                "deploy tp2ep4 with preflight off (crashes, is diagnosed, tp8 comes back)",
+                "deploy.yml",
+                "-e",
+                "layout=tp2ep4",
+                "-e",
+                "preflight=false",
+            )
             print(error_text(done))
             checks.append(done.returncode != 0 and "Rolled back: sglang-k26-tp8.service is serving again" in done.stdout)
 
@@ -122,14 +150,35 @@ def main() -> int:
             checks.append(done.returncode == 0 and "active layout: tp8" in done.stdout)
 
             step(f"the layout search: python -m benchmarks search --server-host {box.name} --levels {SEARCH_LEVELS}")
-            argv = [sys.executable, "-m", "benchmarks", "search", "--server-host", box.name, "--inventory", str(inventory),
-                    "--levels", SEARCH_LEVELS, "--output-tokens", "32", "--rounds", "2", "--min-requests", "4",
-                    "--metrics-interval", "0", "--results-dir", str(results)]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "benchmarks",
+                "search",
+                "--server-host",
+                box.name,
+                "--inventory",
+                str(inventory),
+                "--levels",
+                SEARCH_LEVELS,
+                "--output-tokens",
+                "32",
+                "--rounds",
+                "2",
+                "--min-requests",
+                "4",
+                "--metrics-interval",
+                "0",
+                "--results-dir",
+                str(results),
+            ]
             env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
             checks.append(subprocess.run(argv, cwd=REPO, env=env, check=False).returncode == 0)
             if simulation is None:
-                print("(the simulated box follows the field notes' table: per request at C=1 EP8 65, PP8 37, TP8 26.3 tok/s;"
-                      " peak aggregate EP4 1,531, EP8 961, TP8 808, PP8 396)")  # fmt: skip
+                print(
+                    "(the simulated box follows the field notes' table: per request at C=1 EP8 65, PP8 37, TP8 26.3 tok/s;"
+                    " peak aggregate EP4 1,531, EP8 961, TP8 808, PP8 396)"
+                )
 
             step(f"every run side by side: python -m benchmarks compare {results}")
             compared = subprocess.run([sys.executable, "-m", "benchmarks", "compare", str(results)], cwd=REPO, check=False)

@@ -22,10 +22,14 @@ MODEL_PATH = "/srv/models/Kimi-K2.6"
 # one request decodes at TP8 26.3, PP8 37, EP8 65 tok/s (EP4 has no C=1 figure there: 45 here), and
 # aggregate output saturates at TP8 808, PP8 396, EP8 961, EP4 1,531 tok/s. Layout keys are tpN-epN-ppN-dpN.
 GPU_HOST = {
-    "gpu_count": 8, "gpu_memory_gib": 94.97, "driver_version": "580.95.05", "weights_gib": 553, "load_seconds": 2,
+    "gpu_count": 8,
+    "gpu_memory_gib": 94.97,
+    "driver_version": "580.95.05",
+    "weights_gib": 553,
+    "load_seconds": 2,
     "itl_ms": {"default": 38.0, "tp1-ep1-pp8-dp1": 27.0, "tp8-ep8-pp1-dp1": 15.4, "tp8-ep4-pp1-dp1": 22.2},
     "peak_tok_s": {"default": 808.0, "tp1-ep1-pp8-dp1": 396.0, "tp8-ep8-pp1-dp1": 961.0, "tp8-ep4-pp1-dp1": 1531.0},
-}  # fmt: skip
+}
 
 
 def true_decode_tok_s(layout_key: str, running: int, simulation: dict | None = None) -> float:
@@ -38,8 +42,13 @@ def true_decode_tok_s(layout_key: str, running: int, simulation: dict | None = N
 
 def serving_vars(port: int) -> dict[str, object]:
     """Where the server listens on a box (boxes share the host's network: each needs its own port)."""
-    return {"sglang_model_path": MODEL_PATH, "sglang_port": port, "sglang_bind_address": "127.0.0.1",
-            "sglang_service_health_interval": 0.5, "sglang_service_health_timeout": 60}  # fmt: skip
+    return {
+        "sglang_model_path": MODEL_PATH,
+        "sglang_port": port,
+        "sglang_bind_address": "127.0.0.1",
+        "sglang_service_health_interval": 0.5,
+        "sglang_service_health_timeout": 60,
+    }
 
 
 def prepare(box: boxes.Box, directory: Path, repo_base_url: str, simulation: dict | None = None, **host_vars: object) -> Path:

@@ -39,8 +39,12 @@ class PlaybookRun:
 
 
 def ansible_env() -> dict[str, str]:
-    return {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
+    return {
+        **os.environ,
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
 
 
 def run_playbook(
@@ -54,8 +58,9 @@ def run_playbook(
     argv = ["ansible-playbook", playbook, "-i", str(inventory)]
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars)]
-    done = subprocess.run([*argv, *options], cwd=REPO, capture_output=True, text=True, env=ansible_env(),
-                          timeout=timeout, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*argv, *options], cwd=REPO, capture_output=True, text=True, env=ansible_env(), timeout=timeout, check=False
+    )
     return PlaybookRun(done.returncode, done.stdout, done.stderr)
 
 

@@ -22,12 +22,32 @@ def running(log: Path, *flags: str, cpus: set[int] | None = None, timeout: float
     shim = tiny_model.shim(CACHE / "vllm-shim")
     port = free_port()
     # --max-total-tokens: without it the KV cache takes ~14 GB of RAM on CPU.
-    argv = [str(python), "-m", "sglang.launch_server", "--model-path", str(model), "--device", "cpu",
-            "--host", "127.0.0.1", "--port", str(port), "--max-total-tokens", "65536", *flags]  # fmt: skip
+    argv = [
+        str(python),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--device",
+        "cpu",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-total-tokens",
+        "65536",
+        *flags,
+    ]
     env = {**os.environ, "PYTHONPATH": str(shim)}
     with open(log, "w") as out:
-        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                  preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)  # fmt: skip
+        server = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         status = wait_http(url + "/health_generate", timeout, server)

@@ -39,8 +39,16 @@ def wheelhouse(version: str = VERSION) -> Path:
         if not registry_reachable():
             raise RegistryUnreachable("the package registry is unreachable: the real-SGLang tier cannot fetch sglang")
         log = target.parent / f"{target.name}.log"
-        argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--dest", str(target),
-                f"sglang=={version}"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--disable-pip-version-check",
+            "--dest",
+            str(target),
+            f"sglang=={version}",
+        ]
         with open(log, "w") as out:
             done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
         if done.returncode != 0:
@@ -66,8 +74,17 @@ def install(version: str = VERSION) -> Path:
     def create() -> str:
         wheels = wheelhouse(version)
         subprocess.run([sys.executable, "-m", "venv", str(target / "venv")], check=True)
-        argv = [str(target / "venv" / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-                "--no-index", "--find-links", str(wheels), f"sglang=={version}"]  # fmt: skip
+        argv = [
+            str(target / "venv" / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--find-links",
+            str(wheels),
+            f"sglang=={version}",
+        ]
         with open(target / "install.log", "w") as out:
             done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
         if done.returncode != 0:
@@ -83,7 +100,8 @@ def help_text(python: Path) -> str:
     if cached.exists():
         return cached.read_text()
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run([str(python), "-m", "sglang.launch_server", "--help"], capture_output=True, text=True,
-                          env=env, timeout=300, check=True)  # fmt: skip
+    done = subprocess.run(
+        [str(python), "-m", "sglang.launch_server", "--help"], capture_output=True, text=True, env=env, timeout=300, check=True
+    )
     cached.write_text(done.stdout)
     return done.stdout

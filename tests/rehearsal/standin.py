@@ -102,10 +102,16 @@ def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None)
 
 def stream_chat(base_url: str, tokens: int) -> tuple[int, float]:
     """One streaming chat request with ignore_eos: (server-counted tokens, client-measured decode tok/s)."""
-    body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": tokens, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    request = urllib.request.Request(base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    body = {
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    request = urllib.request.Request(
+        base_url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     times: list[float] = []
     usage: dict = {}
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -127,8 +133,11 @@ def local_server(tmp: Path, *flags: str, **simulation: object) -> Iterator[tuple
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text('{"architectures": ["StandInForCausalLM"]}')
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(source),
-           "SGLANG_STANDIN_CONFIG": str(write_simulation(tmp / "sim.json", **simulation))}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(source),
+        "SGLANG_STANDIN_CONFIG": str(write_simulation(tmp / "sim.json", **simulation)),
+    }
     log = tmp / "server.log"
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1", "--port", str(port)]
     with open(log, "w") as out:

@@ -46,9 +46,13 @@ model.save_pretrained(out, safe_serialization=True)
 print(out)
 """
 
-SHIM = {"vllm/__init__.py": "", "vllm/_custom_ops.py": (
-    "# TEST-ONLY shim: SGLang's CPU path imports this name from vllm; it is never called on CPU.\n"
-    "def rotary_embedding(*args, **kwargs):\n    raise NotImplementedError('vllm shim: not used on CPU')\n")}  # fmt: skip
+SHIM = {
+    "vllm/__init__.py": "",
+    "vllm/_custom_ops.py": (
+        "# TEST-ONLY shim: SGLang's CPU path imports this name from vllm; it is never called on CPU.\n"
+        "def rotary_embedding(*args, **kwargs):\n    raise NotImplementedError('vllm shim: not used on CPU')\n"
+    ),
+}
 
 
 def build(python: Path, directory: Path | None = None) -> Path:

@@ -49,8 +49,10 @@ def test_compute_processes_are_matched_to_the_wanted_gpus_by_bus_id():
     assert bus_ids == {"00000000:01:00.0": 0, "00000000:41:00.0": 1, "00000000:81:00.0": 2}
     apps = "00000000:41:00.0, 4242, python3, 85000\n00000000:81:00.0, 4242, python3, 85000\n00000000:01:00.0, 7, x, [N/A]\n"
     found = holders.parse_holders(apps, bus_ids, {1, 2})
-    assert found == [{"gpu": 1, "pid": 4242, "name": "python3", "used_mib": 85000},
-                     {"gpu": 2, "pid": 4242, "name": "python3", "used_mib": 85000}]  # fmt: skip
+    assert found == [
+        {"gpu": 1, "pid": 4242, "name": "python3", "used_mib": 85000},
+        {"gpu": 2, "pid": 4242, "name": "python3", "used_mib": 85000},
+    ]
     assert holders.parse_holders(apps, bus_ids, {0}) == [{"gpu": 0, "pid": 7, "name": "x", "used_mib": 0}]
     assert holders.parse_holders("No running processes found\n", bus_ids, {0, 1, 2}) == []
     assert holders.describe(found) == "pid 4242 (python3) on GPU 1,2 holding 170000 MiB"

@@ -9,8 +9,9 @@ from benchmarks.records import RequestRecord
 from benchmarks.workload import Workload, parse_goodput
 
 
-def steady(level: int, sent: float, tokens: int = 101, ttft: float = 0.2, itl: float = 0.01, phase: str = "measured",
-           chunk: int = 1) -> RequestRecord:  # fmt: skip
+def steady(
+    level: int, sent: float, tokens: int = 101, ttft: float = 0.2, itl: float = 0.01, phase: str = "measured", chunk: int = 1
+) -> RequestRecord:
     """A request that streams `tokens` tokens, `chunk` per chunk, one token every `itl` seconds after its first."""
     first = sent + ttft
     times, counts = [first], [1]
@@ -20,8 +21,18 @@ def steady(level: int, sent: float, tokens: int = 101, ttft: float = 0.2, itl: f
         produced += k
         times.append(first + (produced - 1) * itl)
         counts.append(k)
-    return RequestRecord(level=level, phase=phase, sent=sent, end=times[-1] + 0.001, ok=True, requested_tokens=tokens,
-                         output_tokens=tokens, input_tokens=64, chunk_times=times, chunk_tokens=counts)  # fmt: skip
+    return RequestRecord(
+        level=level,
+        phase=phase,
+        sent=sent,
+        end=times[-1] + 0.001,
+        ok=True,
+        requested_tokens=tokens,
+        output_tokens=tokens,
+        input_tokens=64,
+        chunk_times=times,
+        chunk_tokens=counts,
+    )
 
 
 def closed_loop(concurrency: int, rounds: int, warmup_rounds: int = 1, cooldown_rounds: int = 1) -> list[RequestRecord]:
@@ -120,9 +131,14 @@ def test_a_first_chunk_of_several_tokens_opens_the_decode_span():
 
 @pytest.mark.parametrize(
     ("bounds", "good"),
-    [({"tpot": 10.5}, True), ({"tpot": 9.0}, False), ({"ttft": 150.0}, False), ({"ttft": 250.0, "e2el": 1300.0}, True),
-     ({"ttft": 250.0, "e2el": 1100.0}, False)],
-)  # fmt: skip
+    [
+        ({"tpot": 10.5}, True),
+        ({"tpot": 9.0}, False),
+        ({"ttft": 150.0}, False),
+        ({"ttft": 250.0, "e2el": 1300.0}, True),
+        ({"ttft": 250.0, "e2el": 1100.0}, False),
+    ],
+)
 def test_goodput_counts_the_requests_within_every_bound(bounds, good):
     """Each request: TTFT 200 ms, TPOT (1.001 s after the first token) / 100 = 10.01 ms, E2E 1,201 ms."""
     records = closed_loop(4, rounds=5)

@@ -114,8 +114,14 @@ def test_flag_table_command_parses_help_from_stdin(repo, tmp_path):
 
 
 def test_an_unpriced_model_is_said_once_per_layout_and_memory_is_skipped(declaration, flag_table):
-    config = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
-              "intermediate_size": 128, "quantization_config": {"quant_method": "mxfp4"}}  # fmt: skip
+    config = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "quantization_config": {"quant_method": "mxfp4"},
+    }
     verdicts = check_all(declaration.layouts, Facts(gpu_count=8, gpu_memory_gib=95, model_config=config, flag_table=flag_table))
     for verdict in verdicts:
         notes = [f for f in verdict.findings if "memory fit not checked" in f.message]

@@ -20,9 +20,17 @@ LAYOUTS = {
 
 
 def level(concurrency, aggregate, *, per_request=10.0, tpot_p99=20.0, status="ok", completed=8):
-    return {"concurrency": concurrency, "aggregate_tok_s": aggregate, "status": status, "completed": completed,
-            "decode_tok_s": {"p50": per_request}, "tpot_ms": {"p99": tpot_p99}, "ttft_ms": {"p99": 100.0},
-            "itl_ms": {"p99": tpot_p99}, "e2e_ms": {"p99": 1000.0}}  # fmt: skip
+    return {
+        "concurrency": concurrency,
+        "aggregate_tok_s": aggregate,
+        "status": status,
+        "completed": completed,
+        "decode_tok_s": {"p50": per_request},
+        "tpot_ms": {"p99": tpot_p99},
+        "ttft_ms": {"p99": 100.0},
+        "itl_ms": {"p99": tpot_p99},
+        "e2e_ms": {"p99": 1000.0},
+    }
 
 
 # --- candidates ---------------------------------------------------------------
@@ -131,8 +139,16 @@ def test_the_slo_capacity_is_narrowed_by_bisection_between_the_levels_that_brack
 def test_scores_per_objective():
     slo = [objectives.parse_slo("tpot_p99=50")]
     levels = [level(1, 65, per_request=65.0, tpot_p99=16), level(16, 900, tpot_p99=40), level(64, 960, tpot_p99=70)]
-    assert objectives.scores(levels, slo) == {"c1": 65.0, "peak": 960, "peak_c": 64, "capacity": 900, "capacity_c": 16,
-                                              "capacity_bracket": [16, 64], "goodput": None, "goodput_c": None}  # fmt: skip
+    assert objectives.scores(levels, slo) == {
+        "c1": 65.0,
+        "peak": 960,
+        "peak_c": 64,
+        "capacity": 900,
+        "capacity_c": 16,
+        "capacity_bracket": [16, 64],
+        "goodput": None,
+        "goodput_c": None,
+    }
     levels[1]["goodput"] = {"good_tok_s": 850.0}
     levels[2]["goodput"] = {"good_tok_s": 300.0}  # more load, fewer requests within the bounds
     assert objectives.scores(levels, slo)["goodput"] == 850.0 and objectives.scores(levels, slo)["goodput_c"] == 16
@@ -190,12 +206,14 @@ def test_a_file_that_is_not_a_manifest_is_named_not_overwritten(tmp_path):
 def test_resume_keeps_finished_candidates_of_the_same_declaration_only(tmp_path):
     record = tmp_path / "run.json"
     record.write_text("{}")
-    previous = {"candidates": [
-        {"name": "ep8", "hash": "h1", "status": "measured", "record": str(record)},
-        {"name": "tp8", "hash": "h2", "status": "running"},
-        {"name": "pp8", "hash": "h3", "status": "failed_to_start", "error": "OOM"},
-        {"name": "ep4", "hash": "h4", "status": "measured", "record": str(tmp_path / "gone.json")},
-    ]}  # fmt: skip
+    previous = {
+        "candidates": [
+            {"name": "ep8", "hash": "h1", "status": "measured", "record": str(record)},
+            {"name": "tp8", "hash": "h2", "status": "running"},
+            {"name": "pp8", "hash": "h3", "status": "failed_to_start", "error": "OOM"},
+            {"name": "ep4", "hash": "h4", "status": "measured", "record": str(tmp_path / "gone.json")},
+        ]
+    }
     assert manifest.kept(previous, "ep8", "h1")["status"] == "measured"
     assert manifest.kept(previous, "ep8", "changed") is None  # the declaration changed: measure again
     assert manifest.kept(previous, "tp8", "h2") is None  # was in progress when the controller died
@@ -209,14 +227,32 @@ def test_resume_keeps_finished_candidates_of_the_same_declaration_only(tmp_path)
 
 def _state():
     candidates = [
-        {"name": "ep8", "label": "ep8", "status": "measured", "load_s": 2.0, "levels_run": [1, 16], "overhead_s": 4.0,
-         "scores": {"c1": 65.0, "peak": 961.0, "peak_c": 16}, "curve": [[1, 65.0, 65.0], [16, 961.0, 60.0]]},
+        {
+            "name": "ep8",
+            "label": "ep8",
+            "status": "measured",
+            "load_s": 2.0,
+            "levels_run": [1, 16],
+            "overhead_s": 4.0,
+            "scores": {"c1": 65.0, "peak": 961.0, "peak_c": 16},
+            "curve": [[1, 65.0, 65.0], [16, 961.0, 60.0]],
+        },
         {"name": "tp2ep4", "label": "tp2ep4", "status": "refused", "reasons": ["ep 4 does not divide tp 2"]},
-    ]  # fmt: skip
+    ]
     workload = {"levels": [1, 16, 64], "endpoint": "chat", "input_tokens": 128, "output_tokens": 64}
     winners = {"peak": {"name": "ep8", "sentence": "peak: ep8 (...)"}}
-    return {"id": "abc", "host": "box", "objective": "peak", "knee": 0.05, "slo": [], "candidates": candidates,
-            "workload": workload, "winners": winners, "wall_s": 30.0, "serving_at_end": "ep8"}  # fmt: skip
+    return {
+        "id": "abc",
+        "host": "box",
+        "objective": "peak",
+        "knee": 0.05,
+        "slo": [],
+        "candidates": candidates,
+        "workload": workload,
+        "winners": winners,
+        "wall_s": 30.0,
+        "serving_at_end": "ep8",
+    }
 
 
 def test_the_report_names_winners_refusals_and_what_was_saved(tmp_path):

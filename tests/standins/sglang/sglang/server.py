@@ -137,16 +137,28 @@ class Server:
         return web.Response(status=200 if self.ready else 503)
 
     async def model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({"model_path": self.args.model_path, "tokenizer_path": self.args.model_path,
-                                  "is_generation": True, "standin": True})  # fmt: skip
+        return web.json_response(
+            {"model_path": self.args.model_path, "tokenizer_path": self.args.model_path, "is_generation": True, "standin": True}
+        )
 
     async def server_info(self, request: web.Request) -> web.Response:
         # As the real 0.5.23 does: the server args as a dict, keys included, to an authenticated client.
         return web.json_response({**vars(self.args), "version": __version__, "standin": True})
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "sglang",
-                                  "max_model_len": int(self.args.context_length or 4096)}]})  # fmt: skip
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model_name,
+                        "object": "model",
+                        "owned_by": "sglang",
+                        "max_model_len": int(self.args.context_length or 4096),
+                    }
+                ],
+            }
+        )
 
     async def metrics(self, request: web.Request) -> web.Response:
         now = time.monotonic()
@@ -235,8 +247,16 @@ class Server:
         if not body.get("stream"):
             async for _ in self.tokens(count):
                 pass
-            return web.json_response({"id": rid, "object": obj, "created": created, "model": self.model_name,
-                                      "choices": [choice(TOKEN * count, True, False)], "usage": usage})  # fmt: skip
+            return web.json_response(
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": self.model_name,
+                    "choices": [choice(TOKEN * count, True, False)],
+                    "usage": usage,
+                }
+            )
         response = await self._sse(request)
         base = {"id": rid, "object": f"{obj}.chunk" if kind == "chat" else obj, "created": created, "model": self.model_name}
         options = body.get("stream_options") or {}
