@@ -402,3 +402,6 @@ def main_search(options: SearchOptions) -> int:
     except SearchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # between two steps: the manifest already says what finished
+        print("\nsearch interrupted: finished candidates are kept; run the same command to resume", file=sys.stderr)
+        return 130
