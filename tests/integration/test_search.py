@@ -213,3 +213,33 @@ def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path)
     assert {1, 16, 64} < set(entry["levels_run"])  # and the probes between 16 and 64
     assert entry["stopped"].startswith("C=64 broke the SLO (tpot_p99)")
     assert the_manifest(results)["winners"]["capacity"]["name"] == "ep4"
+
+
+def test_a_candidate_that_fails_to_start_is_diagnosed_and_the_search_goes_on(provisioned, tmp_path):
+    """The simulated weights grow to 600 GiB (75 GiB per GPU) where preflight's estimate from config.json says 553:
+    at mem-fraction-static 0.78 the stand-in has 74.1 GiB per GPU and runs out of memory loading; at 0.88 it fits."""
+    sim_file = provisioned.box.root / "etc" / "sglang-standin.json"
+    sim_file.write_text(json.dumps({**GPU_HOST, "weights_gib": 600}))
+    try:
+        results = tmp_path / "results"
+        done = search(
+            provisioned,
+            results,
+            "--layouts",
+            "ep8",
+            "--grid",
+            "mem-fraction-static=0.78,0.88",
+            "--levels",
+            "1",
+            "--leave",
+            "none",
+        )
+    finally:
+        sim_file.write_text(json.dumps(GPU_HOST))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    by_fraction = {e["overrides"]["mem-fraction-static"]: e for e in the_manifest(results)["candidates"]}
+    failed, measured = by_fraction[0.78], by_fraction[0.88]
+    assert failed["status"] == "failed_to_start" and "out of GPU memory" in failed["error"].lower()
+    assert "Rolled back" in failed["error"] or "nothing serves" in failed["error"].lower()
+    assert measured["status"] == "measured" and measured["scores"]["c1"] > 0
+    assert the_manifest(results)["winners"]["c1"]["name"] == measured["name"]

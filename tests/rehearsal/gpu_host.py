@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from tests.rehearsal import box as boxes
@@ -68,6 +69,7 @@ def read_simulation(path: Path) -> dict:
         raise ValueError(f"REHEARSAL_SIMULATION={path}: not a readable JSON file ({exc})") from exc
     spec = importlib.util.spec_from_file_location("standin_simulation", standin.SOURCE / "sglang" / "simulation.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     known = {item.name for item in dataclasses.fields(module.Simulation)}
     if not isinstance(data, dict) or set(data) - known:

@@ -1,0 +1,32 @@
+"""REHEARSAL_SIMULATION=FILE is checked against the stand-in's own schema before any box starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.rehearsal.gpu_host import GPU_HOST, read_simulation, true_decode_tok_s
+
+
+def test_the_default_simulation_is_valid_and_a_file_is_read_as_given(tmp_path):
+    path = tmp_path / "sim.json"
+    path.write_text(json.dumps({**GPU_HOST, "itl_ms": {"default": 10.0}}))
+    assert read_simulation(path)["itl_ms"] == {"default": 10.0}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{not json", "not a readable JSON file"), ('{"itl": 5}', "itl; the fields are"), ("[1]", "not an object")],
+)
+def test_a_bad_simulation_file_is_named_with_the_fields_it_may_hold(tmp_path, content, message):
+    path = tmp_path / "sim.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        read_simulation(path)
+
+
+def test_the_truth_helper_follows_the_clock_and_the_roofline():
+    assert true_decode_tok_s("tp8-ep8-pp1-dp1", 1) == pytest.approx(1000 / 15.4)
+    assert true_decode_tok_s("tp8-ep8-pp1-dp1", 64) == pytest.approx(961 / 64)
+    assert true_decode_tok_s("unknown", 1) == pytest.approx(1000 / 38.0)
