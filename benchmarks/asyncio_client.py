@@ -10,16 +10,17 @@ import argparse
 import asyncio
 import json
 import time
-from typing import Any
 
 import aiohttp
 
+from benchmarks.records import RequestRecord, phase_of
 
-async def one_request(session: aiohttp.ClientSession, url: str, body: bytes, record: dict[str, Any]) -> None:
+
+async def one_request(session: aiohttp.ClientSession, url: str, body: bytes, record: RequestRecord) -> None:
     try:
         async with session.post(url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}) as answer:
             if answer.status != 200:
-                record["error"] = f"HTTP {answer.status}"
+                record.error = f"HTTP {answer.status}"
             async for line in answer.content:
                 if not line.startswith(b"data: {"):
                     continue
@@ -27,17 +28,17 @@ async def one_request(session: aiohttp.ClientSession, url: str, body: bytes, rec
                 event = json.loads(line[6:])
                 choices = event.get("choices") or []
                 if choices and (choices[0].get("delta") or {}).get("content"):
-                    record["chunk_times"].append(now)
-                    record["chunk_tokens"].append(1)
+                    record.chunk_times.append(now)
+                    record.chunk_tokens.append(1)
                 if event.get("usage"):
-                    record["output_tokens"] = event["usage"].get("completion_tokens")
+                    record.output_tokens = event["usage"].get("completion_tokens")
     except (aiohttp.ClientError, OSError) as exc:
-        record["error"] = f"{type(exc).__name__}: {exc}"
-    record["end"] = time.monotonic()
-    record["ok"] = not record["error"] and bool(record["chunk_times"])
+        record.error = f"{type(exc).__name__}: {exc}"
+    record.end = time.monotonic()
+    record.ok = not record.error and bool(record.chunk_times)
 
 
-async def run(url: str, concurrency: int, requests: int, warmup: int, output_tokens: int) -> list[dict[str, Any]]:
+async def run(url: str, concurrency: int, requests: int, warmup: int, output_tokens: int) -> list[RequestRecord]:
     body = json.dumps(
         {
             "model": "default",
@@ -48,7 +49,7 @@ async def run(url: str, concurrency: int, requests: int, warmup: int, output_tok
             "stream_options": {"include_usage": True},
         }
     ).encode()
-    records: list[dict[str, Any]] = []
+    records: list[RequestRecord] = []
     counter = {"sent": 0, "measured_done": 0}
     done = asyncio.Event()
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -58,20 +59,8 @@ async def run(url: str, concurrency: int, requests: int, warmup: int, output_tok
             while not done.is_set():
                 index = counter["sent"]
                 counter["sent"] += 1
-                phase = "warmup" if index < warmup else "measured" if index < warmup + requests else "cooldown"
-                record = {
-                    "level": concurrency,
-                    "phase": phase,
-                    "sent": time.monotonic(),
-                    "end": 0.0,
-                    "ok": False,
-                    "error": "",
-                    "requested_tokens": output_tokens,
-                    "output_tokens": None,
-                    "input_tokens": None,
-                    "chunk_times": [],
-                    "chunk_tokens": [],
-                }
+                phase = phase_of(index, warmup, requests)
+                record = RequestRecord(level=concurrency, phase=phase, sent=time.monotonic(), requested_tokens=output_tokens)
                 await one_request(session, url, body, record)
                 records.append(record)
                 if phase == "measured":
@@ -99,7 +88,7 @@ def main() -> None:
     warmup = args.warmup if args.warmup >= 0 else args.concurrency
     records = asyncio.run(run(args.url, args.concurrency, args.requests, warmup, args.output_tokens))
     with open(args.records, "w") as out:
-        out.writelines(json.dumps({"type": "request", **record}) + "\n" for record in records)
+        out.writelines(json.dumps({"type": "request", **record.to_dict()}) + "\n" for record in records)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ class Level:
         self.workers_done = 0  # on the master of --processes N: workers whose measured share is done
 
     def phase(self, index: int, warmup: int, measured: int) -> str:
+        # benchmarks.records.phase_of's rule: this file runs alone on the load generator, without the package.
         return "warmup" if index < warmup else "measured" if index < warmup + measured else "cooldown"
 
 

@@ -10,6 +10,11 @@ from typing import Any
 PHASES = ("warmup", "measured", "cooldown")
 
 
+def phase_of(index: int, warmup: int, measured: int) -> str:
+    """The phase of a level's index-th request (0-based) when `warmup` come first and `measured` follow."""
+    return "warmup" if index < warmup else "measured" if index < warmup + measured else "cooldown"
+
+
 @dataclass
 class RequestRecord:
     level: int  # the concurrency C of the level

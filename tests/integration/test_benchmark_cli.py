@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from benchmarks.levels import read_level
+from benchmarks.metrics import level_metrics
 from tests.rehearsal.playbook import REPO
 from tests.rehearsal.standin import local_server, wait_http
 
@@ -223,3 +225,17 @@ def test_goodput_against_the_stand_ins_clock(tmp_path):
         assert level["goodput"]["good_tok_s"] == pytest.approx(level["output_tok_s_completed"])
     (run,) = stored(tmp_path / "none")
     assert run["levels"][0]["goodput"]["good_requests"] == 0 and run["levels"][0]["goodput"]["good_tok_s"] == 0.0
+
+
+def test_the_asyncio_yardstick_writes_records_the_metrics_read(tmp_path):
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 5.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        argv = [sys.executable, "-m", "benchmarks.asyncio_client", "--url", url, "--concurrency", "2", "--requests", "4",
+                "--output-tokens", "8", "--records", str(tmp_path / "r.jsonl")]  # fmt: skip
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+    records, _ = read_level(tmp_path / "r.jsonl")
+    measured = [r for r in records if r.phase == "measured"]
+    assert len(measured) == 4 and all(r.ok and r.output_tokens == 8 for r in measured)
+    assert [r.phase for r in records[:2]] == ["warmup", "warmup"]
+    assert level_metrics(records, 2)["completed"] == 4
