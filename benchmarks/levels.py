@@ -9,17 +9,30 @@ from typing import Any
 from benchmarks.metrics import level_metrics, window
 from benchmarks.records import RequestRecord
 
+# A load-generator process busier than this share of one core is the bottleneck, not the server.
+CLIENT_BOUND_CPU = 0.7
+
 
 def read_level(path: Path) -> tuple[list[RequestRecord], list[dict[str, float]]]:
+    """The level's requests and the server's /metrics samples."""
     requests, samples = [], []
     for line in path.read_text().splitlines():
         item = json.loads(line)
         kind = item.pop("type", "request")
         if kind == "request":
             requests.append(RequestRecord.from_dict(item))
-        else:
+        elif kind == "metrics":
             samples.append(item)
     return requests, samples
+
+
+def loadgen_usage(path: Path) -> dict[str, Any] | None:
+    """How busy each load-generator process was (CPU seconds over wall seconds), and whether one was the bottleneck."""
+    processes = [item for line in path.read_text().splitlines() if (item := json.loads(line)).get("type") == "loadgen"]
+    if not processes:
+        return None
+    busiest = max(p["cpu_s"] / p["wall_s"] if p["wall_s"] > 0 else 0.0 for p in processes)
+    return {"processes": len(processes), "busiest_cpu_fraction": busiest, "client_bound": busiest > CLIENT_BOUND_CPU}
 
 
 def server_samples(samples: list[dict[str, float]], window: tuple[float, float] | None) -> dict[str, float | None]:
@@ -46,6 +59,7 @@ def summarize_level(
     records, samples = read_level(path)
     figures = level_metrics(records, concurrency, goodput)
     figures["server_metrics"] = server_samples(samples, window(records))
+    figures["loadgen"] = loadgen_usage(path)
     if figures["completed"] == 0:
         status = "failed"
     elif figures["completed"] < requested or figures["failed"]:

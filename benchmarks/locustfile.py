@@ -101,6 +101,9 @@ class Level:
         self.stopping = False
         self.written = False
         self.workers_done = 0  # on the master of --processes N: workers whose measured share is done
+        # This process's CPU and wall clocks at its first request: how busy the load generator itself was.
+        self.cpu_start: float | None = None
+        self.wall_start = 0.0
 
     def phase(self, index: int, warmup: int, measured: int) -> str:
         # benchmarks.records.phase_of's rule: this file runs alone on the load generator, without the package.
@@ -238,6 +241,8 @@ class StreamingUser(FastHttpUser):
         processes, slot = process_slot(self.environment)
         warmup = share(options.bench_warmup if options.bench_warmup >= 0 else users, processes, slot)
         measured = share(options.bench_requests, processes, slot)
+        if LEVEL.cpu_start is None:
+            LEVEL.cpu_start, LEVEL.wall_start = time.process_time(), time.monotonic()
         index = LEVEL.sent
         LEVEL.sent += 1
         path, body = request_body(options, index)
@@ -357,6 +362,9 @@ def _write(environment: Environment, **_: Any) -> None:
         for record in LEVEL.records
     ]
     lines += [json.dumps({"type": "metrics", **sample}) for sample in LEVEL.samples]
+    if LEVEL.cpu_start is not None:
+        cpu_s, wall_s = time.process_time() - LEVEL.cpu_start, now - LEVEL.wall_start
+        lines.append(json.dumps({"type": "loadgen", "cpu_s": cpu_s, "wall_s": wall_s, "requests": LEVEL.sent}))
     if not lines:
         return
     # With --processes N every worker appends its own records: one locked write each.

@@ -22,11 +22,12 @@ def level_table(levels: list[dict[str, Any]]) -> str:
         "E2E p50 ms",
         "conc",
         "server tok/s",
+        "client cpu %",
     )
     rows = []
     for level in levels:
         if level["status"] == "failed" and "decode_tok_s" not in level:
-            rows.append((str(level["concurrency"]), "failed", f"0/{level.get('failed', 0)}", *["-"] * 9))
+            rows.append((str(level["concurrency"]), "failed", f"0/{level.get('failed', 0)}", *["-"] * 10))
             continue
         server = (level.get("server_metrics") or {}).get("gen_throughput")
         rows.append(
@@ -43,6 +44,7 @@ def level_table(levels: list[dict[str, Any]]) -> str:
                 number(level["e2e_ms"]["p50"], 0),
                 number(level["achieved_concurrency"], 1),
                 number(server),
+                _client_cpu(level),
             )
         )
     if any("goodput" in level for level in levels):
@@ -54,6 +56,12 @@ def level_table(levels: list[dict[str, Any]]) -> str:
         notes_head = []
     lines = [tables.text_table(header, rows, right_aligned=True), *notes_head]
     notes = [
+        f"C={lv['concurrency']}: client-bound: a load-generator process used {100 * lv['loadgen']['busiest_cpu_fraction']:.0f}% "
+        "of a core; its figures understate the server (add --processes)"
+        for lv in levels
+        if (lv.get("loadgen") or {}).get("client_bound")
+    ]
+    notes += [
         f"C={lv['concurrency']}: {lv.get('error') or ', '.join(lv.get('errors', []))}"
         for lv in levels
         if lv["status"] != "ok" and (lv.get("error") or lv.get("errors"))
@@ -66,3 +74,11 @@ def _goodput_cells(level: dict[str, Any]) -> tuple[str, str, str]:
     if not good:
         return ("-", "-", "-")
     return (number(100 * good["good_fraction"]), number(good["good_request_rate"], 2), number(good["good_tok_s"]))
+
+
+def _client_cpu(level: dict[str, Any]) -> str:
+    """The busiest load-generator process's CPU, as % of one core ('!' when it was the bottleneck)."""
+    usage = level.get("loadgen")
+    if not usage:
+        return "-"
+    return f"{100 * usage['busiest_cpu_fraction']:.0f}" + ("!" if usage["client_bound"] else "")

@@ -239,3 +239,15 @@ def test_the_asyncio_yardstick_writes_records_the_metrics_read(tmp_path):
     assert len(measured) == 4 and all(r.ok and r.output_tokens == 8 for r in measured)
     assert [r.phase for r in records[:2]] == ["warmup", "warmup"]
     assert level_metrics(records, 2)["completed"] == 4
+
+
+def test_each_level_says_how_busy_the_load_generator_was(tmp_path):
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        done = bench("run", "--url", url, "--levels", "2", *FAST, "--results-dir", str(tmp_path / "r"))
+        assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = stored(tmp_path / "r")
+    usage = run["levels"][0]["loadgen"]
+    # A few streams at 100 tok/s keep one Locust process far below a core.
+    assert usage["processes"] == 1 and 0 < usage["busiest_cpu_fraction"] < 0.7 and usage["client_bound"] is False
+    assert "client cpu %" in done.stdout

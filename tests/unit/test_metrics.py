@@ -1,11 +1,14 @@
 """The benchmark's arithmetic on synthetic requests whose true figures are known by construction."""
 
 import argparse
+import json
 
 import pytest
 
+from benchmarks.levels import loadgen_usage
 from benchmarks.metrics import decode_rate, inter_token_gaps, level_metrics, stats
 from benchmarks.records import RequestRecord
+from benchmarks.report import level_table
 from benchmarks.workload import Workload, parse_goodput
 
 
@@ -171,3 +174,21 @@ def test_goodput_bounds_reach_the_workload_as_one_dict():
     workload = Workload.from_cli_args(parser.parse_args(["--goodput", "ttft:2000", "tpot:50", "--goodput", "tpot:40"]))
     assert workload.goodput == {"ttft": 2000.0, "tpot": 40.0}
     assert Workload.from_cli_args(parser.parse_args([])).goodput == {}
+
+
+def test_a_load_generator_busier_than_70_percent_of_a_core_flags_the_level(tmp_path):
+    path = tmp_path / "level.jsonl"
+    lines = [{"type": "loadgen", "cpu_s": 3.0, "wall_s": 10.0, "requests": 5},
+             {"type": "loadgen", "cpu_s": 8.0, "wall_s": 10.0, "requests": 5}]  # fmt: skip
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert loadgen_usage(path) == {"processes": 2, "busiest_cpu_fraction": 0.8, "client_bound": True}
+    path.write_text(json.dumps(lines[0]) + "\n")
+    assert loadgen_usage(path)["client_bound"] is False
+    path.write_text("")
+    assert loadgen_usage(path) is None
+    text = level_table([{**level_metrics(closed_loop(2, rounds=2), 2), "status": "ok", "loadgen": loadgen_usage_of(0.9)}])
+    assert "90!" in text and "C=2: client-bound: a load-generator process used 90% of a core" in text
+
+
+def loadgen_usage_of(fraction):
+    return {"processes": 1, "busiest_cpu_fraction": fraction, "client_bound": fraction > 0.7}
