@@ -74,6 +74,12 @@ def _options(parser: Any) -> None:
     group.add_argument("--bench-model", default="default", help="model name for the OpenAI endpoint")
     group.add_argument("--bench-input-tokens", type=int, default=128)
     group.add_argument("--bench-output-tokens", type=int, default=256)
+    group.add_argument(
+        "--bench-range-ratio",
+        type=float,
+        default=1.0,
+        help="lengths uniform in [target x ratio, target] per request (bench_serving's --random-range-ratio; 1: fixed)",
+    )
     group.add_argument("--bench-seed", type=int, default=0)
     group.add_argument(
         "--bench-vocab-size",
@@ -139,15 +145,30 @@ def prompt_ids(seed: int, index: int, count: int, vocab_size: int) -> list[int]:
     return [chooser.randrange(low, vocab_size) for _ in range(count)]
 
 
-def request_body(options: Any, index: int) -> tuple[str, bytes]:
-    n_out, n_in, seed = options.bench_output_tokens, options.bench_input_tokens, options.bench_seed
+def lengths(options: Any, index: int) -> tuple[int, int]:
+    """(input, output) tokens of the index-th request: the targets, or uniform in [target x ratio, target]."""
+    ratio = options.bench_range_ratio
+    if ratio >= 1:
+        return options.bench_input_tokens, options.bench_output_tokens
+    chooser = random.Random(options.bench_seed * 1_000_003 + index + 500_009)  # apart from the prompt's own draw
+
+    def draw(target: int) -> int:
+        return chooser.randint(max(1, int(target * ratio)), target)
+
+    return draw(options.bench_input_tokens), draw(options.bench_output_tokens)
+
+
+def request_body(options: Any, index: int) -> tuple[str, bytes, int]:
+    """The request's path, body and the output tokens it asks for."""
+    seed = options.bench_seed
+    n_in, n_out = lengths(options, index)
     if options.bench_endpoint == "generate":
         body = {
             "input_ids": prompt_ids(seed, index, n_in, options.bench_vocab_size),
             "stream": True,
             "sampling_params": {"max_new_tokens": n_out, "ignore_eos": True, "temperature": 0},
         }
-        return "/generate", json.dumps(body).encode()
+        return "/generate", json.dumps(body).encode(), n_out
     body = {
         "model": options.bench_model,
         "messages": [{"role": "user", "content": prompt_words(seed, index, n_in)}],
@@ -157,7 +178,7 @@ def request_body(options: Any, index: int) -> tuple[str, bytes]:
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
-    return "/v1/chat/completions", json.dumps(body).encode()
+    return "/v1/chat/completions", json.dumps(body).encode(), n_out
 
 
 def read_stream(raw: Any, record: dict[str, Any], endpoint: str) -> None:
@@ -245,7 +266,7 @@ class StreamingUser(FastHttpUser):
             LEVEL.cpu_start, LEVEL.wall_start = time.process_time(), time.monotonic()
         index = LEVEL.sent
         LEVEL.sent += 1
-        path, body = request_body(options, index)
+        path, body, n_out = request_body(options, index)
         record: dict[str, Any] = {
             "level": users,
             "phase": LEVEL.phase(index, warmup, measured),
@@ -253,7 +274,7 @@ class StreamingUser(FastHttpUser):
             "end": 0.0,
             "ok": False,
             "error": "",
-            "requested_tokens": options.bench_output_tokens,
+            "requested_tokens": n_out,
             "output_tokens": None,
             "input_tokens": None,
             "chunk_times": array("d"),

@@ -145,6 +145,7 @@ def level_metrics(
         tpot_ms=stats(tpot),
         e2e_ms=stats(e2e),
         output_tokens=tokens_completed,
+        output_len=stats([output_tokens(r) for r in completed]),
         input_tokens=sum(r.input_tokens or 0 for r in completed),
         length_mismatches=sum(1 for r in completed if output_tokens(r) != r.requested_tokens),
         stream_count_mismatches=sum(1 for r in completed if r.output_tokens not in (None, r.streamed_tokens)),

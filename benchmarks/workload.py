@@ -70,6 +70,7 @@ class Workload:
     model: str = "default"
     input_tokens: int = 128
     output_tokens: int = 256
+    range_ratio: float = 1.0  # lengths uniform in [target x ratio, target] per request; 1: fixed
     seed: int = 0
     vocab_size: int = 32000  # /generate: token ids are drawn below it
     warmup: int = -1  # requests excluded first; -1: one per user
@@ -77,6 +78,7 @@ class Workload:
     min_requests: int = 16
     level_timeout: int = 600
     metrics_interval: float = 1.0
+    flush_cache: bool = False  # SGLang's /flush_cache before each level
     processes: int = 1  # Locust --processes: load-generator cores (more than ~128 fast streams per core)
     goodput: dict[str, float] = field(default_factory=dict)  # bounds in ms: a request is good within all of them
 
@@ -89,6 +91,13 @@ class Workload:
         add("--model", default="default", help="model name sent to the OpenAI endpoint")
         add("--input-tokens", type=bounded(1, 1_000_000), default=128)
         add("--output-tokens", type=bounded(1, 1_000_000), default=256)
+        add(
+            "--range-ratio",
+            type=bounded(0.0, 1.0, kind=float),
+            default=1.0,
+            help="input and output lengths uniform in [target x ratio, target] per request, seeded (bench_serving's "
+            "--random-range-ratio; default 1: fixed lengths)",
+        )
         add("--seed", type=bounded(0, 2**31 - 1), default=0)
         add(
             "--vocab-size",
@@ -104,6 +113,7 @@ class Workload:
             "--metrics-interval", type=bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
         )
         add("--processes", type=bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
+        add("--flush-cache", action="store_true", help="empty the server's prefix cache (SGLang /flush_cache) before each level")
         add(
             "--goodput",
             type=parse_goodput,
@@ -137,6 +147,7 @@ class Workload:
             "bench_model": self.model,
             "bench_input_tokens": self.input_tokens,
             "bench_output_tokens": self.output_tokens,
+            "bench_range_ratio": self.range_ratio,
             "bench_seed": self.seed,
             "bench_vocab_size": self.vocab_size,
             "bench_warmup": {str(c): self.warmup_requests(c) for c in self.levels},
@@ -144,4 +155,5 @@ class Workload:
             "bench_level_timeout": self.level_timeout,
             "bench_metrics_interval": self.metrics_interval,
             "bench_processes": self.processes,
+            "bench_flush_cache": self.flush_cache,
         }

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -251,3 +252,30 @@ def test_each_level_says_how_busy_the_load_generator_was(tmp_path):
     # A few streams at 100 tok/s keep one Locust process far below a core.
     assert usage["processes"] == 1 and 0 < usage["busiest_cpu_fraction"] < 0.7 and usage["client_bound"] is False
     assert "client cpu %" in done.stdout
+
+
+def test_range_ratio_draws_each_requests_lengths_within_the_range(tmp_path):
+    """--range-ratio 0.5 --output-tokens 16: every request asks for 8..16 tokens, the server gives exactly that."""
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        runs = []
+        for name in ("a", "b"):
+            done = bench("run", "--url", url, "--levels", "4", *FAST, "--range-ratio", "0.5", "--rounds", "8",
+                         "--results-dir", str(tmp_path / name))  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            (run,) = stored(tmp_path / name)
+            runs.append(run["levels"][0])
+    level = runs[0]
+    assert level["length_mismatches"] == 0 and level["completed"] == 32
+    lengths = level["output_len"]
+    assert 8 <= lengths["mean"] <= 16 and lengths["p90"] > lengths["p50"] > 8  # they vary, inside the range
+    assert runs[1]["output_tokens"] == level["output_tokens"]  # the same seed draws the same lengths
+
+
+def test_flush_cache_empties_the_prefix_cache_before_each_level(tmp_path):
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        done = bench("run", "--url", url, "--levels", "1,2", *FAST, "--flush-cache", "--results-dir", str(tmp_path / "r"))
+        assert done.returncode == 0, done.stdout + done.stderr
+        with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
+            assert json.loads(answer.read())["flushes"] == 2

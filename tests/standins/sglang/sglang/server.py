@@ -44,6 +44,7 @@ class Server:
         cap = int(getattr(args, "max_running_requests", None) or sim.max_running_requests or 0)
         self.slots = asyncio.Semaphore(cap) if cap > 0 else None
         self.queued = 0
+        self.flushes = 0  # /flush_cache calls, reported on /standin/emitted for tests
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])
@@ -61,6 +62,8 @@ class Server:
         post("/generate", self.generate)
         post("/v1/chat/completions", self.chat)
         post("/v1/completions", self.completions)
+        get("/flush_cache", self.flush_cache)
+        post("/flush_cache", self.flush_cache)
         return app
 
     @web.middleware
@@ -178,7 +181,12 @@ class Server:
 
     async def emitted_route(self, request: web.Request) -> web.Response:
         """STAND-IN only: the emission time of every token, for tests to count the true output rate."""
-        return web.json_response({"clock": "monotonic", "times": list(self.emitted)})
+        return web.json_response({"clock": "monotonic", "times": list(self.emitted), "flushes": self.flushes})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        # As SGLang: empties the radix cache (the stand-in has none) and says so.
+        self.flushes += 1
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
 
     async def _body(self, request: web.Request) -> dict:
         if not self.ready:
