@@ -145,7 +145,8 @@ def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_don
     assert runner.returncode == 1, seen
     assert stopped_in < 15, f"took {stopped_in:.1f} s to stop"
     assert leftovers == [], leftovers
-    assert set(Path("/tmp").glob("sglang-bench-*")) == before  # the load generator's directory is gone too
+    # The load generator's directory is gone too (only new ones count: other runs on the machine may come and go).
+    assert set(Path("/tmp").glob("sglang-bench-*")) - before == set()
     (run,) = stored(tmp_path / "r")
     assert run["status"] == "interrupted", seen
     assert [level["concurrency"] for level in run["levels"]] == [1], seen

@@ -239,7 +239,7 @@ def test_a_candidate_that_fails_to_start_is_diagnosed_and_the_search_goes_on(pro
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     by_fraction = {e["overrides"]["mem-fraction-static"]: e for e in the_manifest(results)["candidates"]}
     failed, measured = by_fraction[0.78], by_fraction[0.88]
-    assert failed["status"] == "failed_to_start" and "out of GPU memory" in failed["error"].lower()
+    assert failed["status"] == "failed_to_start" and "cause: out of gpu memory" in failed["error"].lower()
     assert "Rolled back" in failed["error"] or "nothing serves" in failed["error"].lower()
     assert measured["status"] == "measured" and measured["scores"]["c1"] > 0
     assert the_manifest(results)["winners"]["c1"]["name"] == measured["name"]
