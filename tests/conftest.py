@@ -17,14 +17,17 @@ FLAGS_0_5_23 = DATA / "sglang-0.5.23-flags.json"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Markers by what a test needs, so `bin/test -m "not box"` is the fast loop (unit tests and local servers)."""
-    real_tier = REPO / "tests" / "real"
+    """Markers by what a test needs: `-m "not box and not servers"` is the fast loop (lint-speed unit tests),
+    `-m "not box"` adds the tests that start local stand-in servers and Locust."""
+    real_tier, integration = REPO / "tests" / "real", REPO / "tests" / "integration"
     for item in items:
         in_real_tier = real_tier in item.path.parents
         if in_real_tier:
             item.add_marker(pytest.mark.real_sglang)
         if in_real_tier or "box_support" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.box)
+        elif integration in item.path.parents:
+            item.add_marker(pytest.mark.servers)
 
 
 @pytest.fixture(scope="session")
