@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import compare, harness, report, results
+from benchmarks import compare, harness, repeats, report, results
 from benchmarks.endpoint import EndpointError, check_url, probe
 from benchmarks.search import objectives
 from benchmarks.search.runner import SearchOptions, main_search
-from benchmarks.sweep import REPO, run_sweep
+from benchmarks.sweep import REPO, SweepResult, run_sweep
 from benchmarks.workload import Workload, bounded
 from sglang_layout.candidates import parse_grid
 from sglang_layout.errors import DeclarationError
@@ -180,10 +180,10 @@ def command_run(args: argparse.Namespace) -> int:
             record["server"] = {"url": url, "sglang_version": info.get("version"), "server_args": info}
             layout = layout or _layout_from_info(info)
             print(f"benchmarking {url} ({layout}), levels {','.join(map(str, args.levels))}", flush=True)
-            sweep = run_sweep(workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
+            sweep = _repeated(workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
         else:
             print(f"benchmarking the active layout of {args.server_host}, levels {','.join(map(str, args.levels))}", flush=True)
-            sweep = run_sweep(workload, server_host=args.server_host, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
+            sweep = _repeated(workload, server_host=args.server_host, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
             record["server"] = sweep.server
             layout = layout or sweep.server.get("layout", "")
     except EndpointError as exc:
@@ -196,6 +196,25 @@ def command_run(args: argparse.Namespace) -> int:
     print(report.level_table(sweep.levels) if sweep.levels else "no level ran")
     print(f"{sweep.status}{': ' + sweep.error if sweep.error else ''}\nsaved {path}")
     return 0 if sweep.status == "complete" else 1
+
+
+def _repeated(workload: Workload, **where: Any) -> SweepResult:
+    """The sweep, --repeats times; with several, each level's headline figures become means with 95% intervals."""
+    runs: list[SweepResult] = []
+    for repeat in range(workload.repeats):
+        if workload.repeats > 1:
+            print(f"repeat {repeat + 1} of {workload.repeats}", flush=True)
+        runs.append(run_sweep(workload, **where))
+        if runs[-1].status == "interrupted":
+            break
+    if len(runs) == 1:
+        return runs[0]
+    statuses = {run.status for run in runs}
+    status = "interrupted" if "interrupted" in statuses else "complete" if statuses == {"complete"} else "partial"
+    levels = repeats.merge_runs([run.levels for run in runs])
+    error = next((run.error for run in runs if run.error), "")
+    locust_s = sum(run.locust_s for run in runs)
+    return SweepResult(status=status, levels=levels, server=runs[-1].server, error=error, locust_s=locust_s)
 
 
 def _layout_from_info(info: dict[str, Any]) -> str:

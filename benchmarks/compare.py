@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import results
+from benchmarks import repeats, results
 from sglang_layout import tables
 
 COLUMNS = (
@@ -38,6 +38,8 @@ def summarize_run(path: Path, run: dict[str, Any]) -> dict[str, Any]:
         "peak_ttft_ms": peak["ttft_ms"]["p50"] if peak else None,
         "peak_itl_ms": peak["itl_ms"]["p50"] if peak else None,
         "status": run.get("status", "?"),
+        "c1_ci": ((one or {}).get("repeats") or {}).get("decode_tok_s_p50", {}).get("ci95"),
+        "peak_ci": ((peak or {}).get("repeats") or {}).get("aggregate_tok_s", {}).get("ci95"),
         "curve": [(level["concurrency"], level["aggregate_tok_s"], level["decode_tok_s"]["p50"]) for level in good],
     }
 
@@ -63,13 +65,33 @@ def _cells(row: dict[str, Any]) -> list[str]:
         row["host"],
         row["layout"],
         row["run"],
-        num(row["c1_tok_s"]),
-        num(row["peak_tok_s"]),
+        num(row["c1_tok_s"]) + _half_width(row["c1_ci"]),
+        num(row["peak_tok_s"]) + _half_width(row["peak_ci"]),
         str(row["peak_c"] or "-"),
         num(row["peak_ttft_ms"]),
         num(row["peak_itl_ms"], 2),
         row["status"],
     ]
+
+
+def _half_width(ci: list[float] | None) -> str:
+    return "" if not ci else f" ±{(ci[1] - ci[0]) / 2:,.1f}"
+
+
+def verdict(rows: list[dict[str, Any]], figure: str, what: str) -> str:
+    """Which layout is best at one figure, and whether it is clearly so (95% intervals apart, from --repeats)."""
+    ranked = sorted((row for row in rows if row[f"{figure}_tok_s"]), key=lambda row: -row[f"{figure}_tok_s"])
+    if len(ranked) < 2:
+        return ""
+    best, next_ = ranked[0], ranked[1]
+    head = (
+        f"best {what}: {best['layout']} ({best[f'{figure}_tok_s']:,.1f}) over {next_['layout']} ({next_[f'{figure}_tok_s']:,.1f})"
+    )
+    if not (best[f"{figure}_ci"] and next_[f"{figure}_ci"]):
+        return head + ": single runs, no intervals (measure with --repeats 3 or more to call a winner)"
+    if repeats.separated(best[f"{figure}_ci"], next_[f"{figure}_ci"]):
+        return head + ": clear (95% intervals apart)"
+    return head + ": no clear winner (95% intervals overlap)"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -123,6 +145,10 @@ def command_compare(paths: list[Path], *, markdown_path: Path | None = None, plo
         print(f"no benchmark runs under {', '.join(map(str, paths))}: run `python -m benchmarks run` first", file=sys.stderr)
         return 2
     print(table(rows))
+    for figure, what in (("c1", "tok/s at C=1"), ("peak", "peak aggregate tok/s")):
+        line = verdict(rows, figure, what)
+        if line:
+            print(line)
     if markdown_path:
         markdown_path.write_text(markdown(rows))
         print(f"markdown: {markdown_path}")

@@ -79,6 +79,7 @@ class Workload:
     level_timeout: int = 600
     metrics_interval: float = 1.0
     flush_cache: bool = False  # SGLang's /flush_cache before each level
+    repeats: int = 1  # each level measured this many times; figures as means with 95% intervals
     processes: int = 1  # Locust --processes: load-generator cores (more than ~128 fast streams per core)
     goodput: dict[str, float] = field(default_factory=dict)  # bounds in ms: a request is good within all of them
 
@@ -113,6 +114,9 @@ class Workload:
             "--metrics-interval", type=bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
         )
         add("--processes", type=bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
+        add("--repeats", type=bounded(1, 100), default=1,
+            help="measure each level N times: every headline figure as the mean with a 95%% interval, and a "
+                 "layout called better only when the intervals separate")  # fmt: skip
         add("--flush-cache", action="store_true", help="empty the server's prefix cache (SGLang /flush_cache) before each level")
         add(
             "--goodput",

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import repeats
+
 OBJECTIVES = {
     "c1": "tok/s per request at C=1",
     "peak": "peak aggregate tok/s",
@@ -114,8 +116,15 @@ def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[st
         "capacity_c": capacity["concurrency"] if capacity else None,
         "capacity_bracket": list(bracket(levels, slo)) if slo else None,
         "goodput": best_good["goodput"]["good_tok_s"] if best_good else None,
+        # 95% intervals, when the levels were measured with --repeats: a winner is clear when they separate.
+        "c1_ci": _ci(one, "decode_tok_s_p50"),
+        "peak_ci": _ci(peak, "aggregate_tok_s"),
         "goodput_c": best_good["concurrency"] if best_good else None,
     }
+
+
+def _ci(level: Mapping[str, Any] | None, figure: str) -> list[float] | None:
+    return (((level or {}).get("repeats") or {}).get(figure) or {}).get("ci95")
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,9 @@ def winner(candidate_scores: Mapping[str, Mapping[str, Any]], objective: str, *,
     if not rest:
         return Winner(objective, name, best, None, None, True)
     margin = best / rest[0][0] - 1
+    intervals = candidate_scores[name].get(f"{objective}_ci"), candidate_scores[rest[0][1]].get(f"{objective}_ci")
+    if all(intervals):  # measured with --repeats: clear only when the 95% intervals do not overlap
+        return Winner(objective, name, best, rest[0][1], margin, repeats.separated(*intervals))
     return Winner(objective, name, best, rest[0][1], margin, margin >= clear_margin)
 
 

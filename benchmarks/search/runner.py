@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import results
+from benchmarks import repeats, results
 from benchmarks.search import manifest, objectives, playbooks
 from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
@@ -297,23 +297,31 @@ def _measure(
         else:
             break
         note(f"  {candidate.name}: level C={concurrency}" + (" (narrowing the SLO capacity)" if probes and not planned else ""))
-        sweep = run_sweep(
-            workload.at_levels([concurrency]),
-            server_host=options.server_host,
-            inventory=options.inventory,
-            loadgen=options.loadgen,
-            api_key=options.api_key,
-            progress=lambda _: None,
-        )
+        sweeps = []
+        for _ in range(workload.repeats):  # --repeats: the level again on the same launch, then merged
+            sweeps.append(
+                run_sweep(
+                    workload.at_levels([concurrency]),
+                    server_host=options.server_host,
+                    inventory=options.inventory,
+                    loadgen=options.loadgen,
+                    api_key=options.api_key,
+                    progress=lambda _: None,
+                )
+            )
+            if sweeps[-1].status == "interrupted" or not sweeps[-1].levels:
+                break
+        sweep = sweeps[-1]
         server = sweep.server or server
-        locust_s += sweep.locust_s
-        levels.extend(sweep.levels)
+        locust_s += sum(done.locust_s for done in sweeps)
         if sweep.status == "interrupted":
+            levels.extend(sweep.levels)
             status = "interrupted"
             break
         if not sweep.levels:
             status, stopped = "failed", f"C={concurrency}: {sweep.error or 'no records'}"
             break
+        levels.append(repeats.merge([done.levels[0] for done in sweeps]) if len(sweeps) > 1 else sweep.levels[0])
         if probes:
             continue
         stopped = objectives.stop_reason(levels, knee=options.knee, slo=options.slo)

@@ -280,3 +280,19 @@ def test_flush_cache_empties_the_prefix_cache_before_each_level(tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
             assert json.loads(answer.read())["flushes"] == 2
+
+
+def test_repeats_give_each_level_a_95_percent_interval_around_the_clock(tmp_path):
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        done = bench("run", "--url", url, "--levels", "1", *FAST, "--repeats", "3", "--results-dir", str(tmp_path / "r"))
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "repeat 3 of 3" in done.stdout
+    (run,) = stored(tmp_path / "r")
+    block = run["levels"][0]["repeats"]
+    assert block["n"] == 3 and len(block["decode_tok_s_p50"]["values"]) == 3
+    low, high = block["decode_tok_s_p50"]["ci95"]
+    assert low <= run["levels"][0]["decode_tok_s"]["p50"] <= high
+    assert low < 100.0 * 1.02 and high > 100.0 * 0.98  # the clock's 100 tok/s is inside (or at) the interval
+    compared = bench("compare", str(tmp_path / "r"))
+    assert compared.returncode == 0 and "±" in compared.stdout

@@ -148,6 +148,8 @@ def test_scores_per_objective():
         "capacity_bracket": [16, 64],
         "goodput": None,
         "goodput_c": None,
+        "c1_ci": None,
+        "peak_ci": None,
     }
     levels[1]["goodput"] = {"good_tok_s": 850.0}
     levels[2]["goodput"] = {"good_tok_s": 300.0}  # more load, fewer requests within the bounds
@@ -163,6 +165,13 @@ def test_the_winner_is_clear_only_beyond_the_margin():
     close = objectives.winner({"a": {"c1": 65.0}, "b": {"c1": 64.0}}, "c1", clear_margin=0.05)
     assert (close.name, close.clear) == ("a", False) and "not clear" in close.sentence()
     assert objectives.winner({"a": {"c1": None}}, "c1", clear_margin=0.05) is None
+
+
+def test_with_repeats_a_winner_is_clear_only_when_the_intervals_separate():
+    apart = {"a": {"peak": 1000.0, "peak_ci": [980.0, 1020.0]}, "b": {"peak": 900.0, "peak_ci": [890.0, 910.0]}}
+    assert objectives.winner(apart, "peak", clear_margin=0.5).clear  # far below the margin, but the intervals part
+    close = {"a": {"peak": 1000.0, "peak_ci": [900.0, 1100.0]}, "b": {"peak": 900.0, "peak_ci": [890.0, 910.0]}}
+    assert not objectives.winner(close, "peak", clear_margin=0.05).clear  # 11% ahead, yet the intervals overlap
 
 
 def test_the_pareto_front_keeps_only_undominated_points():
