@@ -114,9 +114,13 @@ class Workload:
             "--metrics-interval", type=bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
         )
         add("--processes", type=bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
-        add("--repeats", type=bounded(1, 100), default=1,
+        add(
+            "--repeats",
+            type=bounded(1, 100),
+            default=1,
             help="measure each level N times: every headline figure as the mean with a 95%% interval, and a "
-                 "layout called better only when the intervals separate")  # fmt: skip
+            "layout called better only when the intervals separate",
+        )
         add("--flush-cache", action="store_true", help="empty the server's prefix cache (SGLang /flush_cache) before each level")
         add(
             "--goodput",

@@ -232,8 +232,21 @@ def test_goodput_against_the_stand_ins_clock(tmp_path):
 def test_the_asyncio_yardstick_writes_records_the_metrics_read(tmp_path):
     with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 5.0}) as (process, url, _):
         assert wait_http(url + "/health_generate", 20, process) == 200
-        argv = [sys.executable, "-m", "benchmarks.asyncio_client", "--url", url, "--concurrency", "2", "--requests", "4",
-                "--output-tokens", "8", "--records", str(tmp_path / "r.jsonl")]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks.asyncio_client",
+            "--url",
+            url,
+            "--concurrency",
+            "2",
+            "--requests",
+            "4",
+            "--output-tokens",
+            "8",
+            "--records",
+            str(tmp_path / "r.jsonl"),
+        ]
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
     records, _ = read_level(tmp_path / "r.jsonl")
@@ -261,8 +274,20 @@ def test_range_ratio_draws_each_requests_lengths_within_the_range(tmp_path):
         assert wait_http(url + "/health_generate", 20, process) == 200
         runs = []
         for name in ("a", "b"):
-            done = bench("run", "--url", url, "--levels", "4", *FAST, "--range-ratio", "0.5", "--rounds", "8",
-                         "--results-dir", str(tmp_path / name))  # fmt: skip
+            done = bench(
+                "run",
+                "--url",
+                url,
+                "--levels",
+                "4",
+                *FAST,
+                "--range-ratio",
+                "0.5",
+                "--rounds",
+                "8",
+                "--results-dir",
+                str(tmp_path / name),
+            )
             assert done.returncode == 0, done.stdout + done.stderr
             (run,) = stored(tmp_path / name)
             runs.append(run["levels"][0])

@@ -178,8 +178,10 @@ def test_goodput_bounds_reach_the_workload_as_one_dict():
 
 def test_a_load_generator_busier_than_70_percent_of_a_core_flags_the_level(tmp_path):
     path = tmp_path / "level.jsonl"
-    lines = [{"type": "loadgen", "cpu_s": 3.0, "wall_s": 10.0, "requests": 5},
-             {"type": "loadgen", "cpu_s": 8.0, "wall_s": 10.0, "requests": 5}]  # fmt: skip
+    lines = [
+        {"type": "loadgen", "cpu_s": 3.0, "wall_s": 10.0, "requests": 5},
+        {"type": "loadgen", "cpu_s": 8.0, "wall_s": 10.0, "requests": 5},
+    ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     assert loadgen_usage(path) == {"processes": 2, "busiest_cpu_fraction": 0.8, "client_bound": True}
     path.write_text(json.dumps(lines[0]) + "\n")

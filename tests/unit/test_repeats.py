@@ -8,9 +8,15 @@ from benchmarks import compare, repeats
 
 
 def level(concurrency, aggregate, per_request=60.0, status="ok"):
-    return {"concurrency": concurrency, "status": status, "completed": 8 if status != "failed" else 0,
-            "aggregate_tok_s": aggregate, "decode_tok_s": {"p50": per_request}, "ttft_ms": {"p50": 20.0},
-            "itl_ms": {"p50": 16.0}}  # fmt: skip
+    return {
+        "concurrency": concurrency,
+        "status": status,
+        "completed": 8 if status != "failed" else 0,
+        "aggregate_tok_s": aggregate,
+        "decode_tok_s": {"p50": per_request},
+        "ttft_ms": {"p50": 20.0},
+        "itl_ms": {"p50": 16.0},
+    }
 
 
 def test_the_interval_is_students_t_over_the_repeats():
