@@ -33,6 +33,14 @@ GPU_HOST = {
 }
 
 
+def true_aggregate_tok_s(layout_key: str, concurrency: int, tokens: int, simulation: dict | None = None) -> float:
+    """The stand-in's aggregate output with C requests of `tokens` each in a closed loop: C x tokens per request
+    time, which is the prefill (its first token comes after it) and tokens - 1 inter-token times."""
+    sim = simulation or GPU_HOST
+    itl_s = 1.0 / true_decode_tok_s(layout_key, concurrency, sim)
+    return concurrency * tokens / (sim.get("prefill_ms", 20.0) / 1000.0 + (tokens - 1) * itl_s)
+
+
 def true_decode_tok_s(layout_key: str, running: int, simulation: dict | None = None) -> float:
     """The stand-in's per-request decode rate with `running` requests decoding: its clock, for test truths."""
     sim = simulation or GPU_HOST

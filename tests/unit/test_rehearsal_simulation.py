@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.rehearsal.gpu_host import GPU_HOST, read_simulation, true_decode_tok_s
+from tests.rehearsal.gpu_host import GPU_HOST, read_simulation, true_aggregate_tok_s, true_decode_tok_s
 
 
 def test_the_default_simulation_is_valid_and_a_file_is_read_as_given(tmp_path):
@@ -30,3 +30,10 @@ def test_the_truth_helper_follows_the_clock_and_the_roofline():
     assert true_decode_tok_s("tp8-ep8-pp1-dp1", 1) == pytest.approx(1000 / 15.4)
     assert true_decode_tok_s("tp8-ep8-pp1-dp1", 64) == pytest.approx(961 / 64)
     assert true_decode_tok_s("unknown", 1) == pytest.approx(1000 / 38.0)
+
+
+def test_the_aggregate_truth_counts_the_prefill_before_each_first_token():
+    # PP8 at C=64 with 32 tokens: 161.6 ms a token under the 396 tok/s roofline, the first after 20 ms.
+    expected = 64 * 32 / (0.020 + 31 * 64 / 396)
+    assert true_aggregate_tok_s("tp1-ep1-pp8-dp1", 64, 32) == pytest.approx(expected)
+    assert expected > 396  # a little above the roofline: first tokens do not wait for it
