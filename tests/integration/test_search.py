@@ -100,7 +100,7 @@ def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
         assert entry["scores"]["c1"] == pytest.approx(true_decode_tok_s(key, 1), rel=0.02), entry["name"]
         # The roofline, with each request's first token after its prefill rather than one inter-token time.
         truth = true_aggregate_tok_s(key, entry["scores"]["peak_c"], 32)
-        assert entry["scores"]["peak"] == pytest.approx(truth, rel=0.03), entry["name"]
+        assert entry["scores"]["peak"] == pytest.approx(truth, rel=0.04), entry["name"]
         assert entry["load_s"] >= GPU_HOST["load_seconds"]
         # The stand-in nvidia-smi: each of the 8 GPUs 88% held (--mem-fraction-static 0.88), as SGLang reserves it.
         assert entry["gpu_used_mib"] == pytest.approx(8 * 0.88 * GPU_HOST["gpu_memory_gib"] * 1024, rel=0.01)
