@@ -12,7 +12,7 @@ import yaml
 
 from sglang_layout import defaults, flags, text
 from sglang_layout.errors import DeclarationError
-from sglang_layout.schema import Layout, parse_layouts, server_settings
+from sglang_layout.schema import Layout, ServerSettings, parse_layouts, server_settings
 
 INDEX_NAME = "model.safetensors.index.json"
 MAX_FILE_BYTES = 64 * 1024 * 1024  # config.json, an index or a flag table: far below this
@@ -78,6 +78,49 @@ def gpu_memory_gib(field_path: str, value: Any, *, from_text: bool = False) -> f
     if value in (None, ""):
         return None
     return text.real_number(field_path, value, low=0.0, high=16384.0, example=94.97, from_text=from_text)
+
+
+def flag_table_from_argument(path: Any, value: Any, what: str) -> flags.FlagTable | None:
+    """The flag table an Ansible task hands over: a file on the controller, a saved table, or --help text."""
+    if path:
+        return read_flag_table(Path(path))
+    if isinstance(value, Mapping):
+        return flags.table_from_json(value)
+    if isinstance(value, str) and value:
+        return flag_table_from_text(value, what)
+    return None
+
+
+# The declaration's part of an Ansible task's arguments (an argument spec, shared by the action plugins).
+DECLARATION_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "layouts": {"type": "dict", "required": True},
+    "common_args": {"type": "dict", "default": {}},
+    "common_env": {"type": "dict", "default": {}},
+    "flag_table": {"type": "raw"},
+    "flag_table_path": {"type": "path"},
+    "model_slug": {"type": "raw", "default": defaults.MODEL_SLUG},
+    "model_path": {"type": "raw", "default": defaults.MODEL_PATH},
+    "port": {"type": "raw", "default": defaults.PORT},
+    "bind_address": {"type": "raw", "default": defaults.BIND_ADDRESS},
+}
+
+
+def declaration_from_task(
+    args: Mapping[str, Any],
+) -> tuple[ServerSettings, dict[str, Layout], flags.FlagTable | None]:
+    """The declaration as an Ansible task hands it over (values templated as text): settings, layouts, flag table."""
+    settings = server_settings(
+        model_slug=args["model_slug"],
+        model_path=args["model_path"],
+        port=args["port"],
+        bind_address=args["bind_address"],
+        from_text=True,
+    )
+    table = flag_table_from_argument(args.get("flag_table_path"), args.get("flag_table"), "the host's recorded flag table")
+    layouts = parse_layouts(
+        args["layouts"], common_args=args.get("common_args"), common_env=args.get("common_env"), flag_table=table
+    )
+    return settings, layouts, table
 
 
 def declaration_from_vars(variables: Mapping[str, Any], flag_table: flags.FlagTable | None = None) -> Declaration:
