@@ -15,6 +15,9 @@ DATA = REPO / "tests" / "data"
 KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
 FLAGS_0_5_23 = DATA / "sglang-0.5.23-flags.json"
 
+# The rehearsal box fixtures (box_support, box, cuda_repo), for the integration and the real tier.
+pytest_plugins = ("tests.rehearsal.fixtures",)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Markers by what a test needs: `-m "not box and not servers"` is the fast loop (lint-speed unit tests),

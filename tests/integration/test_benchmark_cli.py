@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,23 +15,15 @@ import pytest
 
 from benchmarks.levels import read_level
 from benchmarks.metrics import level_metrics
+from tests.rehearsal.bench import benchmarks, benchmarks_argv, tool_env
 from tests.rehearsal.playbook import REPO
-from tests.rehearsal.standin import local_server, wait_http
+from tests.rehearsal.standin import serving_locally
 
 FAST = ["--output-tokens", "16", "--input-tokens", "8", "--min-requests", "4", "--rounds", "2", "--level-timeout", "60"]
 
 
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
+    return benchmarks(*args, timeout=timeout)
 
 
 def stored(results_dir: Path) -> list[dict]:
@@ -40,8 +31,7 @@ def stored(results_dir: Path) -> list[dict]:
 
 
 def test_a_run_is_stored_and_never_overwritten_and_compare_reads_it(tmp_path):
-    with local_server(tmp_path, "--enable-metrics", load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, "--enable-metrics", load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         for _ in range(2):
             done = bench(
                 "run",
@@ -88,8 +78,7 @@ def test_a_bad_or_unreachable_endpoint_is_explained_and_recorded_as_failed(tmp_p
 
 
 def test_a_server_that_returns_errors_gives_failed_levels_with_the_error(tmp_path):
-    with local_server(tmp_path, load_seconds=0.1, fail_requests=True) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, load_seconds=0.1, fail_requests=True) as url:
         done = bench("run", "--url", url, "--levels", "1,2", *FAST, "--results-dir", str(tmp_path / "r"))
     assert done.returncode == 1
     (run,) = stored(tmp_path / "r")
@@ -100,14 +89,10 @@ def test_a_server_that_returns_errors_gives_failed_levels_with_the_error(tmp_pat
 
 def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_done(tmp_path):
     before = set(Path("/tmp").glob("sglang-bench-*"))
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
+        env = tool_env(PYTHONUNBUFFERED="1")
         # 100 tokens at 10 ms: each request takes a second, so C=2 is still running when Ctrl-C comes.
-        argv = [
-            sys.executable,
-            "-m",
-            "benchmarks",
+        argv = benchmarks_argv(
             "run",
             "--url",
             url,
@@ -125,7 +110,7 @@ def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_don
             str(tmp_path / "r"),
             "--level-timeout",
             "60",
-        ]
+        )
         runner = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         seen = ""
         deadline = time.monotonic() + 120
@@ -154,8 +139,7 @@ def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_don
 
 
 def test_two_load_generator_processes_measure_the_same_counts_and_rates(tmp_path):
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         done = bench("run", "--url", url, "--levels", "8", *FAST, "--processes", "2", "--results-dir", str(tmp_path / "r"))
     assert done.returncode == 0, done.stdout + done.stderr
     (run,) = stored(tmp_path / "r")
@@ -169,8 +153,7 @@ def test_two_load_generator_processes_measure_the_same_counts_and_rates(tmp_path
 def test_chat_deltas_of_several_tokens_give_per_token_itl(tmp_path, continuous_usage, source):
     """3 tokens per delta at a 10 ms clock: ITL is 10 ms per token, not 30 ms per delta (nor 0)."""
     simulation = {"load_seconds": 0.1, "itl_ms": {"default": 10.0}, "stream_interval": 3, "continuous_usage": continuous_usage}
-    with local_server(tmp_path, **simulation) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, **simulation) as url:
         done = bench(
             "run",
             "--url",
@@ -201,8 +184,7 @@ def test_chat_deltas_of_several_tokens_give_per_token_itl(tmp_path, continuous_u
 
 def test_goodput_against_the_stand_ins_clock(tmp_path):
     """10 ms a token after a 20 ms prefill: TPOT <= 12 holds for every request, TTFT <= 5 for none."""
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         done = bench(
             "run",
             "--url",
@@ -230,8 +212,7 @@ def test_goodput_against_the_stand_ins_clock(tmp_path):
 
 
 def test_the_asyncio_yardstick_writes_records_the_metrics_read(tmp_path):
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 5.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 5.0}) as url:
         argv = [
             sys.executable,
             "-m",
@@ -257,8 +238,7 @@ def test_the_asyncio_yardstick_writes_records_the_metrics_read(tmp_path):
 
 
 def test_each_level_says_how_busy_the_load_generator_was(tmp_path):
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         done = bench("run", "--url", url, "--levels", "2", *FAST, "--results-dir", str(tmp_path / "r"))
         assert done.returncode == 0, done.stdout + done.stderr
     (run,) = stored(tmp_path / "r")
@@ -270,8 +250,7 @@ def test_each_level_says_how_busy_the_load_generator_was(tmp_path):
 
 def test_range_ratio_draws_each_requests_lengths_within_the_range(tmp_path):
     """--range-ratio 0.5 --output-tokens 16: every request asks for 8..16 tokens, the server gives exactly that."""
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as url:
         runs = []
         for name in ("a", "b"):
             done = bench(
@@ -299,8 +278,7 @@ def test_range_ratio_draws_each_requests_lengths_within_the_range(tmp_path):
 
 
 def test_flush_cache_empties_the_prefix_cache_before_each_level(tmp_path):
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as url:
         done = bench("run", "--url", url, "--levels", "1,2", *FAST, "--flush-cache", "--results-dir", str(tmp_path / "r"))
         assert done.returncode == 0, done.stdout + done.stderr
         with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
@@ -308,8 +286,7 @@ def test_flush_cache_empties_the_prefix_cache_before_each_level(tmp_path):
 
 
 def test_repeats_give_each_level_a_95_percent_interval_around_the_clock(tmp_path):
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         done = bench("run", "--url", url, "--levels", "1", *FAST, "--repeats", "3", "--results-dir", str(tmp_path / "r"))
         assert done.returncode == 0, done.stdout + done.stderr
     assert "repeat 3 of 3" in done.stdout

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks import results
-from tests.rehearsal.playbook import REPO
-from tests.rehearsal.standin import local_server, wait_http
+from tests.rehearsal.bench import benchmarks
+from tests.rehearsal.standin import serving_locally
 
 FAST = ["--output-tokens", "8", "--input-tokens", "4", "--min-requests", "2", "--rounds", "1", "--level-timeout", "60"]
 # Jinja in a key or model name must reach Locust as written (a templated key would get 401s).
@@ -20,16 +18,13 @@ KEY = "k{{ 6*7 }}-0123456789abcdef"
 
 
 def bench(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
-    argv = [sys.executable, "-m", "benchmarks", *args]
-    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    return benchmarks(*args, env=env, timeout=timeout)
 
 
 def test_a_keyed_server_is_measured_with_its_key_and_no_secret_is_stored(tmp_path):
     runner_dirs = set(Path("/tmp").glob("sglang-bench-runner-*"))
     flags = ("--api-key", KEY, "--admin-api-key", "admin-0123456789abcdef", "--ssl-keyfile-password", "pw-9876")
-    with local_server(tmp_path, *flags, load_seconds=0.1, itl_ms={"default": 5.0}) as (process, url, _):
-        assert wait_http(url + "/health_generate", 20, process) == 200
+    with serving_locally(tmp_path, *flags, load_seconds=0.1, itl_ms={"default": 5.0}) as url:
         done = bench(
             "run",
             "--url",

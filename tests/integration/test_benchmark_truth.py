@@ -9,17 +9,13 @@ level's measured window (its /standin/emitted log, on the same monotonic clock a
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import urllib.request
 from bisect import bisect_left, bisect_right
-from pathlib import Path
 
 import pytest
 
+from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.gpu_host import true_decode_tok_s
-from tests.rehearsal.playbook import REPO
 
 LEVELS = (1, 16, 64)
 
@@ -32,16 +28,9 @@ def benchmarked(provisioned, declared_vars, tmp_path_factory):
     )
     assert deployed.returncode == 0, deployed.output[-3000:]
     results = tmp_path_factory.mktemp("results")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    argv = [
-        sys.executable,
-        "-m",
-        "benchmarks",
+    done = benchmarks(
         "run",
-        "--server-host",
-        provisioned.box.name,
-        "--inventory",
-        str(provisioned.inventory),
+        *on_box(provisioned.box.name, provisioned.inventory),
         "--levels",
         ",".join(map(str, LEVELS)),
         "--output-tokens",
@@ -52,8 +41,8 @@ def benchmarked(provisioned, declared_vars, tmp_path_factory):
         str(results),
         "--metrics-interval",
         "0.5",
-    ]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=600, check=False)
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (path,) = results.rglob("*.json")
     with urllib.request.urlopen(f"http://127.0.0.1:{provisioned.port}/standin/emitted", timeout=10) as answer:

@@ -8,18 +8,14 @@ and injected lines are refused or neutralised before the host changes.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from tests.integration.test_deploy import UNIT_DIR, deploy, main_pid, project_units, serving_only, unit
-from tests.rehearsal.playbook import REPO
+from tests.rehearsal.bench import benchmarks, on_box
 
 API_KEY = "sk-rehearsal-2c7e9d41f0a8b3c5"
 INJECTION = "EP8\n[Service]\nExecStartPre=+/bin/touch /tmp/injected"
@@ -166,16 +162,9 @@ def test_an_api_key_guards_the_server_and_appears_nowhere_else(provisioned, tmp_
     again = deploy(provisioned, "ep8", extra_vars=keyed)
     assert again.returncode == 0 and again.changed(box.name) == 0, again.stdout[-3000:]
 
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SGLANG_API_KEY": API_KEY}
-    argv = [
-        sys.executable,
-        "-m",
-        "benchmarks",
+    done = benchmarks(
         "run",
-        "--server-host",
-        box.name,
-        "--inventory",
-        str(provisioned.inventory),
+        *on_box(box.name, provisioned.inventory),
         "--levels",
         "1",
         "--output-tokens",
@@ -188,8 +177,9 @@ def test_an_api_key_guards_the_server_and_appears_nowhere_else(provisioned, tmp_
         "1",
         "--results-dir",
         str(tmp_path),
-    ]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=600, check=False)
+        env={"SGLANG_API_KEY": API_KEY},
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (saved,) = tmp_path.rglob("*.json")
     assert "2c7e9d41f0a8b3c5" not in saved.read_text() + done.stdout + done.stderr

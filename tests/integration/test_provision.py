@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.integration.conftest import gpu_box_inventory
+from tests.rehearsal import gpu_host
 from tests.rehearsal.playbook import run_playbook
 from tests.rehearsal.standin import FLAGS, write_simulation
 
@@ -54,7 +54,7 @@ def test_check_diff_on_a_provisioned_box_changes_nothing(provisioned):
 
 
 def test_check_on_a_fresh_box_does_not_fail_and_touches_nothing(box, cuda_repo, tmp_path):
-    inventory = gpu_box_inventory(box, tmp_path, cuda_repo)
+    inventory = gpu_host.prepare(box, tmp_path, cuda_repo.base_url)
     checked = run_playbook("playbooks/provision.yml", inventory, None, "--check", "--diff")
     assert checked.returncode == 0, checked.output[-3000:]
     assert checked.changed(box.name) > 0
@@ -64,7 +64,7 @@ def test_check_on_a_fresh_box_does_not_fail_and_touches_nothing(box, cuda_repo, 
 
 
 def test_an_old_driver_is_refused_before_anything_is_installed(box, cuda_repo, tmp_path):
-    inventory = gpu_box_inventory(box, tmp_path, cuda_repo)
+    inventory = gpu_host.prepare(box, tmp_path, cuda_repo.base_url)
     write_simulation(box.root / "etc" / "sglang-standin.json", gpu_count=8, gpu_memory_gib=94.97, driver_version="550.54.15")
     run = run_playbook("playbooks/provision.yml", inventory)
     assert run.returncode != 0
@@ -74,7 +74,7 @@ def test_an_old_driver_is_refused_before_anything_is_installed(box, cuda_repo, t
 
 
 def test_no_driver_is_said_and_the_toolkit_still_installs_unless_required(box, cuda_repo, tmp_path):
-    inventory = gpu_box_inventory(box, tmp_path, cuda_repo, cuda_toolkit_driver_required=True)
+    inventory = gpu_host.prepare(box, tmp_path, cuda_repo.base_url, cuda_toolkit_driver_required=True)
     box.run("sudo", "rm", "/usr/local/bin/nvidia-smi")
     run = run_playbook("playbooks/provision.yml", inventory)
     assert run.returncode != 0
@@ -82,7 +82,7 @@ def test_no_driver_is_said_and_the_toolkit_still_installs_unless_required(box, c
 
 
 def test_an_unreachable_repository_is_explained(box, cuda_repo, tmp_path):
-    inventory = gpu_box_inventory(box, tmp_path, cuda_repo, cuda_toolkit_repo_base_url="http://127.0.0.1:9/cuda/repos")
+    inventory = gpu_host.prepare(box, tmp_path, cuda_repo.base_url, cuda_toolkit_repo_base_url="http://127.0.0.1:9/cuda/repos")
     run = run_playbook("playbooks/provision.yml", inventory)
     assert run.returncode != 0
     assert "Could not install http://127.0.0.1:9/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb" in run.stdout
@@ -92,8 +92,8 @@ def test_an_unreachable_repository_is_explained(box, cuda_repo, tmp_path):
 def test_a_pinned_toolkit_is_held_and_a_missing_or_old_python_is_explained(box, cuda_repo, tmp_path):
     fake = "printf '#!/bin/sh\\necho 3.9\\n' > /usr/local/bin/python3.9 && chmod +x /usr/local/bin/python3.9"
     box.run("sudo", "sh", "-c", fake)
-    inventory = gpu_box_inventory(
-        box, tmp_path, cuda_repo, cuda_toolkit_package_version="13.0.0-1", sglang_venv_python="/usr/local/bin/python3.9"
+    inventory = gpu_host.prepare(
+        box, tmp_path, cuda_repo.base_url, cuda_toolkit_package_version="13.0.0-1", sglang_venv_python="/usr/local/bin/python3.9"
     )
     old = run_playbook("playbooks/provision.yml", inventory)
     assert old.returncode != 0

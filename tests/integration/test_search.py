@@ -12,13 +12,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.rehearsal.bench import benchmarks, benchmarks_argv, on_box, tool_env
 from tests.rehearsal.gpu_host import GPU_HOST, true_aggregate_tok_s, true_decode_tok_s
 from tests.rehearsal.playbook import REPO
 
@@ -32,16 +32,10 @@ KEYS = {
 }
 
 
-def search_argv(provisioned, results: Path, *options: str) -> list[str]:
+def search_args(provisioned, results: Path, *options: str) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "benchmarks",
         "search",
-        "--server-host",
-        provisioned.box.name,
-        "--inventory",
-        str(provisioned.inventory),
+        *on_box(provisioned.box.name, provisioned.inventory),
         "--results-dir",
         str(results),
         *WORKLOAD,
@@ -49,13 +43,8 @@ def search_argv(provisioned, results: Path, *options: str) -> list[str]:
     ]
 
 
-def env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-
-
 def search(provisioned, results: Path, *options: str) -> subprocess.CompletedProcess:
-    argv = search_argv(provisioned, results, *options)
-    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env(), timeout=1200, check=False)
+    return benchmarks(*search_args(provisioned, results, *options), timeout=1200)
 
 
 def the_manifest(results: Path) -> dict:
@@ -127,14 +116,7 @@ def test_the_report_and_compare_read_the_search(searched):
     _, results, _ = searched
     (markdown,) = results.glob("*/searches/*.md")
     assert "## Winners" in markdown.read_text() and markdown.with_suffix(".png").stat().st_size > 10_000
-    compared = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "compare", str(results)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env(),
-        check=False,
-    )
+    compared = benchmarks("compare", str(results))
     assert compared.returncode == 0, compared.stderr
     assert all(name in compared.stdout for name in KEYS) and "skipped" not in compared.stdout + compared.stderr
 
@@ -153,7 +135,11 @@ def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned
     results = tmp_path / "results"
     options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--levels", "1,16", "--leave", "original")
     process = subprocess.Popen(
-        search_argv(provisioned, results, *options), cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        benchmarks_argv(*search_args(provisioned, results, *options)),
+        cwd=REPO,
+        env=tool_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 300
     first = ""

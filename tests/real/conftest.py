@@ -20,7 +20,3 @@ def real_python() -> Path:
 @pytest.fixture(scope="session")
 def real_help(real_python) -> str:
     return real_sglang.help_text(real_python)
-
-
-# The rehearsal box fixtures, shared with the integration tier.
-from tests.integration.conftest import box_support, cuda_repo  # noqa: E402, F401

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from tests.rehearsal import real_server, real_sglang, tiny_model
+from tests.rehearsal.bench import benchmarks_argv, tool_env
 from tests.rehearsal.playbook import REPO
 
 LEVELS = (1, 4)
@@ -32,35 +33,33 @@ def pinned(cpu: int) -> list[str]:
 def ours(url: str, vocab: int, results: Path) -> dict[int, tuple[float, float]]:
     argv = [
         *pinned(1),
-        sys.executable,
-        "-m",
-        "benchmarks",
-        "run",
-        "--url",
-        url,
-        "--endpoint",
-        "generate",
-        "--vocab-size",
-        str(vocab),
-        "--levels",
-        ",".join(map(str, LEVELS)),
-        "--output-tokens",
-        "64",
-        "--input-tokens",
-        "32",
-        "--min-requests",
-        "16",
-        "--rounds",
-        "1",
-        "--warmup",
-        "4",
-        "--layout",
-        "cpu-tp1",
-        "--results-dir",
-        str(results),
+        *benchmarks_argv(
+            "run",
+            "--url",
+            url,
+            "--endpoint",
+            "generate",
+            "--vocab-size",
+            str(vocab),
+            "--levels",
+            ",".join(map(str, LEVELS)),
+            "--output-tokens",
+            "64",
+            "--input-tokens",
+            "32",
+            "--min-requests",
+            "16",
+            "--rounds",
+            "1",
+            "--warmup",
+            "4",
+            "--layout",
+            "cpu-tp1",
+            "--results-dir",
+            str(results),
+        ),
     ]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=True, timeout=900)
+    subprocess.run(argv, cwd=REPO, env=tool_env(), capture_output=True, check=True, timeout=900)
     newest = max(results.rglob("*.json"), key=lambda p: p.stat().st_mtime)
     run = json.loads(newest.read_text())
     return {lv["concurrency"]: (lv["bench_serving"]["output_throughput"], lv["itl_ms"]["p50"]) for lv in run["levels"]}

@@ -10,17 +10,14 @@ env (PYTHONPATH), never through a role.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.rehearsal import box as boxes
 from tests.rehearsal import real_server, real_sglang, standin, tiny_model
-from tests.rehearsal.playbook import REPO, run_playbook, write_inventory
+from tests.rehearsal.bench import benchmarks, on_box
+from tests.rehearsal.playbook import run_playbook, write_inventory
 from tests.rehearsal.standin import wait_http
 
 SHIM = "/opt/test-shim"
@@ -115,16 +112,9 @@ def test_an_ambiguous_flag_is_refused_then_diagnosed_and_rolled_back_when_forced
 
 def test_our_benchmark_against_the_deployed_real_server_agrees_with_its_counts(real_box, real_python, tmp_path):
     box, inventory, _ = real_box
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    argv = [
-        sys.executable,
-        "-m",
-        "benchmarks",
+    done = benchmarks(
         "run",
-        "--server-host",
-        box.name,
-        "--inventory",
-        str(inventory),
+        *on_box(box.name, inventory),
         "--endpoint",
         "generate",
         "--vocab-size",
@@ -141,8 +131,8 @@ def test_our_benchmark_against_the_deployed_real_server_agrees_with_its_counts(r
         "2",
         "--results-dir",
         str(tmp_path),
-    ]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=900, check=False)
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (path,) = tmp_path.rglob("*.json")
     run = json.loads(path.read_text())

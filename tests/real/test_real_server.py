@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from tests.rehearsal import real_server
-from tests.rehearsal.playbook import REPO
+from tests.rehearsal.bench import benchmarks
 
 OUTPUT_TOKENS = 32
 
@@ -32,11 +28,7 @@ def generated_total(url: str) -> float:
 def test_our_benchmark_agrees_with_the_real_servers_counts(real_python, tmp_path, endpoint, flags):
     with real_server.running(tmp_path / "server.log", "--enable-metrics", *flags) as url:
         before = generated_total(url)
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-        argv = [
-            sys.executable,
-            "-m",
-            "benchmarks",
+        done = benchmarks(
             "run",
             "--url",
             url,
@@ -60,8 +52,8 @@ def test_our_benchmark_agrees_with_the_real_servers_counts(real_python, tmp_path
             str(tmp_path / "r"),
             "--metrics-interval",
             "0.2",
-        ]
-        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=900, check=False)
+            timeout=900,
+        )
         after = generated_total(url)
     assert done.returncode == 0, done.stdout + done.stderr
     (path,) = (tmp_path / "r").rglob("*.json")

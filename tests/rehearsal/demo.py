@@ -13,7 +13,6 @@ stand-in's schema), to check that the search follows the clock, not the layout n
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from tests.rehearsal import apt_repo, gpu_host
 from tests.rehearsal import box as boxes
+from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.playbook import REPO, PlaybookRun, run_playbook
 
 LEVELS = "1,8,32"
@@ -101,15 +101,9 @@ def main() -> int:
 
             def benchmark(layout: str) -> bool:
                 step(f"benchmark {layout}: python -m benchmarks run --server-host {box.name} --levels {LEVELS}")
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "benchmarks",
+                done = benchmarks(
                     "run",
-                    "--server-host",
-                    box.name,
-                    "--inventory",
-                    str(inventory),
+                    *on_box(box.name, inventory),
                     "--levels",
                     LEVELS,
                     "--output-tokens",
@@ -120,9 +114,10 @@ def main() -> int:
                     "4",
                     "--results-dir",
                     str(results),
-                ]
-                env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-                return subprocess.run(argv, cwd=REPO, env=env, check=False).returncode == 0
+                    capture=False,
+                    timeout=3600,
+                )
+                return done.returncode == 0
 
             for layout, again in (("ep8", False), ("ep8", True), ("tp8", False)):
                 done = play(f"deploy {layout}" + (" again" if again else ""), "deploy.yml", "-e", f"layout={layout}")
@@ -150,15 +145,9 @@ def main() -> int:
             checks.append(done.returncode == 0 and "active layout: tp8" in done.stdout)
 
             step(f"the layout search: python -m benchmarks search --server-host {box.name} --levels {SEARCH_LEVELS}")
-            argv = [
-                sys.executable,
-                "-m",
-                "benchmarks",
+            done = benchmarks(
                 "search",
-                "--server-host",
-                box.name,
-                "--inventory",
-                str(inventory),
+                *on_box(box.name, inventory),
                 "--levels",
                 SEARCH_LEVELS,
                 "--output-tokens",
@@ -171,9 +160,10 @@ def main() -> int:
                 "0",
                 "--results-dir",
                 str(results),
-            ]
-            env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-            checks.append(subprocess.run(argv, cwd=REPO, env=env, check=False).returncode == 0)
+                capture=False,
+                timeout=3600,
+            )
+            checks.append(done.returncode == 0)
             if simulation is None:
                 print(
                     "(the simulated box follows the field notes' table: per request at C=1 EP8 65, PP8 37, TP8 26.3 tok/s;"
@@ -181,7 +171,7 @@ def main() -> int:
                 )
 
             step(f"every run side by side: python -m benchmarks compare {results}")
-            compared = subprocess.run([sys.executable, "-m", "benchmarks", "compare", str(results)], cwd=REPO, check=False)
+            compared = benchmarks("compare", str(results), capture=False)
             checks.append(compared.returncode == 0)
         step("box torn down")
     print("rehearsal: " + ("every step behaved as expected" if all(checks) else f"UNEXPECTED results: {checks}"))

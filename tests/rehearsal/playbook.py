@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.rehearsal.bench import REPO, tool_env
+
 _RECAP = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", re.MULTILINE)
 
 
@@ -39,12 +38,7 @@ class PlaybookRun:
 
 
 def ansible_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-    }
+    return tool_env(ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
 
 def run_playbook(

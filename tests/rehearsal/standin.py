@@ -151,3 +151,11 @@ def local_server(tmp: Path, *flags: str, **simulation: object) -> Iterator[tuple
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextlib.contextmanager
+def serving_locally(tmp: Path, *flags: str, **simulation: object) -> Iterator[str]:
+    """The stand-in on loopback, once it answers /health_generate: its base URL. Always stopped after."""
+    with local_server(tmp, *flags, **simulation) as (process, url, _):
+        assert wait_http(url + "/health_generate", 20, process) == 200
+        yield url

@@ -1,0 +1,39 @@
+"""Running `python -m benchmarks` from tests and the rehearsal, the way a user does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """This environment with the running interpreter's bin first, where ansible-runner finds ansible-playbook."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra}
+
+
+def benchmarks_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "benchmarks", *args]
+
+
+def on_box(box: str, inventory: Path) -> list[str]:
+    """The options that point a run at a deployed box through the inventory."""
+    return ["--server-host", box, "--inventory", str(inventory)]
+
+
+def benchmarks(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300, capture: bool = True
+) -> subprocess.CompletedProcess:
+    """`python -m benchmarks ARGS...` from the repository root; the output captured unless `capture` is off."""
+    return subprocess.run(
+        benchmarks_argv(*args),
+        cwd=REPO,
+        capture_output=capture,
+        text=True,
+        env=tool_env(**(env or {})),
+        timeout=timeout,
+        check=False,
+    )
