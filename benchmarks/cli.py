@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import compare, harness, repeats, report, results
+from benchmarks import compare, dataset, harness, repeats, report, results
 from benchmarks.endpoint import EndpointError, check_url, probe
 from benchmarks.search import objectives
 from benchmarks.search.runner import SearchOptions, main_search
@@ -121,6 +122,16 @@ def command_search(args: argparse.Namespace) -> int:
     except (DeclarationError, EndpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.request_rates:
+        print(
+            "error: the search measures closed-loop levels (--levels); --request-rates belongs to `run` for now",
+            file=sys.stderr,
+        )
+        return 2
+    problems, _ = _checked(Workload.from_cli_args(args))
+    if problems:
+        print("\n".join(f"error: {problem}" for problem in problems), file=sys.stderr)
+        return 2
     if args.objective == "capacity" and not args.slo:
         print("error: --objective capacity needs at least one --slo bound, e.g. --slo tpot_p99=50", file=sys.stderr)
         return 2
@@ -162,6 +173,32 @@ def api_key(args: argparse.Namespace) -> str:
 
 def command_run(args: argparse.Namespace) -> int:
     workload = Workload.from_cli_args(args)
+    problems, prompts = _checked(workload)
+    if problems:
+        print("\n".join(f"error: {problem}" for problem in problems), file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="sglang-bench-prompts-") as tmp:
+        prompts_file = dataset.write_prompts(prompts, Path(tmp) / "prompts.jsonl") if prompts else None
+        return _run(args, workload, prompts_file)
+
+
+def _checked(workload: Workload) -> tuple[list[str], list[dataset.Prompt]]:
+    """What is wrong with the workload's options, and the dataset's prompts (read once, here)."""
+    problems, prompts = workload.problems(), []
+    if workload.dataset:
+        try:
+            prompts = dataset.load_prompts(Path(workload.dataset))
+        except dataset.DatasetError as exc:
+            problems.append(str(exc))
+    return problems, prompts
+
+
+def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None) -> int:
+    loads = (
+        f"request rates {','.join(f'{r:g}' for r in workload.request_rates)}/s"
+        if workload.open_loop
+        else (f"levels {','.join(map(str, workload.levels))}")
+    )
     record: dict[str, Any] = {
         "kind": "sglang-benchmark-run",
         "started": results.utc_stamp(),
@@ -179,11 +216,20 @@ def command_run(args: argparse.Namespace) -> int:
             info = probe(url, key)
             record["server"] = {"url": url, "sglang_version": info.get("version"), "server_args": info}
             layout = layout or _layout_from_info(info)
-            print(f"benchmarking {url} ({layout}), levels {','.join(map(str, args.levels))}", flush=True)
-            sweep = _repeated(workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
+            print(f"benchmarking {url} ({layout}), {loads}", flush=True)
+            sweep = _repeated(
+                workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=key, prompts_file=prompts_file
+            )
         else:
-            print(f"benchmarking the active layout of {args.server_host}, levels {','.join(map(str, args.levels))}", flush=True)
-            sweep = _repeated(workload, server_host=args.server_host, inventory=args.inventory, loadgen=args.loadgen, api_key=key)
+            print(f"benchmarking the active layout of {args.server_host}, {loads}", flush=True)
+            sweep = _repeated(
+                workload,
+                server_host=args.server_host,
+                inventory=args.inventory,
+                loadgen=args.loadgen,
+                api_key=key,
+                prompts_file=prompts_file,
+            )
             record["server"] = sweep.server
             layout = layout or sweep.server.get("layout", "")
     except EndpointError as exc:

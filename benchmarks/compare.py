@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import repeats, results
+from benchmarks.workload import level_load, level_name
 from sglang_layout import tables
 
 COLUMNS = (
@@ -15,7 +16,7 @@ COLUMNS = (
     "run",
     "tok/s at C=1",
     "peak agg tok/s",
-    "at C",
+    "at",
     "TTFT p50 at peak ms",
     "ITL p50 at peak ms",
     "status",
@@ -34,13 +35,14 @@ def summarize_run(path: Path, run: dict[str, Any]) -> dict[str, Any]:
         "run": path.stem,
         "c1_tok_s": one["decode_tok_s"]["p50"] if one else None,
         "peak_tok_s": peak["aggregate_tok_s"] if peak else None,
-        "peak_c": peak["concurrency"] if peak else None,
+        "peak_c": level_name(peak) if peak else None,
         "peak_ttft_ms": peak["ttft_ms"]["p50"] if peak else None,
         "peak_itl_ms": peak["itl_ms"]["p50"] if peak else None,
         "status": run.get("status", "?"),
         "c1_ci": ((one or {}).get("repeats") or {}).get("decode_tok_s_p50", {}).get("ci95"),
         "peak_ci": ((peak or {}).get("repeats") or {}).get("aggregate_tok_s", {}).get("ci95"),
-        "curve": [(level["concurrency"], level["aggregate_tok_s"], level["decode_tok_s"]["p50"]) for level in good],
+        "curve": [(level_load(level), level["aggregate_tok_s"], level["decode_tok_s"]["p50"]) for level in good],
+        "open_loop": any(level.get("arrival") for level in good),
     }
 
 
@@ -113,12 +115,17 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     for row in rows:
         if not row["curve"]:
             continue
-        concurrency, aggregate, per_request = zip(*row["curve"], strict=True)
-        label = f"{row['layout']} ({row['host']})"
-        left.plot(concurrency, aggregate, marker="o", label=label)
+        load, aggregate, per_request = zip(*row["curve"], strict=True)
+        label = f"{row['layout']} ({row['host']})" + (" open loop" if row.get("open_loop") else "")
+        left.plot(load, aggregate, marker="o", label=label)
         right.plot(aggregate, per_request, marker="o", label=label)
     left.set_xscale("log", base=2)
-    left.set(xlabel="concurrency (requests in flight)", ylabel="aggregate output tok/s", title="Throughput by concurrency")
+    open_loop = any(row.get("open_loop") for row in rows)
+    left.set(
+        xlabel="concurrency (requests in flight)" + (", or request rate (/s) open loop" if open_loop else ""),
+        ylabel="aggregate output tok/s",
+        title="Throughput by load",
+    )
     right.set(xlabel="aggregate output tok/s", ylabel="per-request decode tok/s (p50)", title="Speed per user vs throughput")
     for axis in (left, right):
         axis.set_ylim(bottom=0)

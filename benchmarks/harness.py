@@ -4,7 +4,9 @@ A minimal token server (aiohttp, pinned to CPU 0, one token per SSE event on abs
 true inter-token time is known) is read by two clients pinned to CPU 1: the project's Locust workload
 and a minimal asyncio/aiohttp client. For each scenario it reports the client's CPU use, the tokens
 it consumed per CPU-second (the most streamed tokens/s one core can take), and how far the measured
-inter-token latency and per-request rate drift from the server's clock. Ratios, from one run.
+inter-token latency and per-request rate drift from the server's clock. Open-loop scenarios (Locust
+only) report how late one process sends against its own schedule (actual minus planned send time) at
+1,000 and 10,000 requests per second. Ratios, from one run.
 """
 
 from __future__ import annotations
@@ -38,12 +40,18 @@ class Scenario:
     itl_ms: float
     output_tokens: int
     rounds: int = 2
+    rate: float = 0.0  # open loop: requests per second from one Locust process (concurrency unused)
+    seconds: float = 2.0  # open loop: measured seconds of arrivals
 
 
 SCENARIOS = (
     Scenario("capacity: 64 streams, 1 ms tokens", 64, 1.0, 256),
     Scenario("field peak: 256 streams, ~1,500 tok/s", 256, 170.0, 24),
     Scenario("heavy: 256 streams, 10 ms tokens", 256, 10.0, 128),
+)
+OPEN_LOOP_SCENARIOS = (
+    Scenario("open loop: 1,000 requests/s", 0, 1.0, 2, rate=1_000.0),
+    Scenario("open loop: 10,000 requests/s", 0, 1.0, 2, rate=10_000.0),
 )
 
 
@@ -134,10 +142,32 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
                 break
             except OSError:
                 time.sleep(0.1)
-        records = work / f"{client}-{scenario.concurrency}-{int(scenario.itl_ms)}.jsonl"
+        records = work / f"{client}-{scenario.concurrency}-{int(scenario.itl_ms)}-{int(scenario.rate)}.jsonl"
         requests = scenario.rounds * scenario.concurrency
         url = f"http://127.0.0.1:{port}"
-        if client == "locust":
+        if scenario.rate:
+            argv = [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(REPO / "benchmarks" / "locustfile.py"),
+                "--headless",
+                "--only-summary",
+                "--loglevel=ERROR",
+                "--users=1",
+                "--spawn-rate=1",
+                f"--run-time={int(timeout)}s",
+                f"--host={url}",
+                f"--bench-request-rate={scenario.rate}",
+                f"--bench-warmup={int(scenario.rate * 0.2)}",
+                f"--bench-requests={int(scenario.rate * scenario.seconds)}",
+                f"--bench-output-tokens={scenario.output_tokens}",
+                "--bench-input-tokens=8",
+                "--bench-metrics-interval=0",
+                f"--bench-records={records}",
+            ]
+        elif client == "locust":
             argv = [
                 sys.executable,
                 "-m",
@@ -177,8 +207,25 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
     finally:
         server.terminate()
         server.wait(timeout=10)
-    level = level_metrics(_read(records), scenario.concurrency) if records.exists() else {}
+    asked = {"target_rate": scenario.rate, "burstiness": 1.0, "max_concurrency": 0} if scenario.rate else None
+    level = level_metrics(_read(records), None if asked else scenario.concurrency, None, asked) if records.exists() else {}
     tokens_consumed = sum(r.streamed_tokens for r in _read(records)) if records.exists() else 0
+    if asked:
+        arrival = level.get("arrival") or {}
+        return {
+            "scenario": scenario.name,
+            "client": client,
+            "status": status,
+            "wall_s": wall,
+            "client_cpu_pct": 100 * cpu / wall if wall else None,
+            "target_rate": scenario.rate,
+            "planned_rate": arrival.get("planned_rate"),
+            "achieved_rate": arrival.get("achieved_rate"),
+            "lateness_p50_ms": (arrival.get("lateness_ms") or {}).get("p50"),
+            "lateness_p99_ms": (arrival.get("lateness_ms") or {}).get("p99"),
+            "requests": level.get("requests", 0),
+            "failed": level.get("failed", 0),
+        }
     return {
         "scenario": scenario.name,
         "client": client,
@@ -218,6 +265,22 @@ def table(rows: list[dict[str, Any]]) -> str:
     return tables.text_table(header, lines)
 
 
+def open_loop_table(rows: list[dict[str, Any]]) -> str:
+    num = tables.number
+    header = ("scenario", "client CPU %", "sent/s (schedule)", "late p50 / p99 ms", "failed / measured")
+    lines = [
+        (
+            row["scenario"],
+            num(row["client_cpu_pct"], 0),
+            f"{num(row['achieved_rate'], 0)} ({num(row['planned_rate'], 0)})",
+            f"{num(row['lateness_p50_ms'], 2)} / {num(row['lateness_p99_ms'], 2)}",
+            f"{row['failed']} / {row['requests']}",
+        )
+        for row in rows
+    ]
+    return tables.text_table(header, lines)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `harness` subcommand's options (python -m benchmarks harness)."""
     sub = parser.add_subparsers(dest="harness_command")
@@ -239,11 +302,16 @@ def command_harness(args: argparse.Namespace) -> int:
             for client in ("locust", "asyncio"):
                 print(f"  {scenario.name}: {client} ...", flush=True)
                 rows.append(measure(scenario, client, Path(tmp), args.timeout))
+        open_rows = []
+        for scenario in OPEN_LOOP_SCENARIOS:
+            print(f"  {scenario.name}: locust ...", flush=True)
+            open_rows.append(measure(scenario, "locust", Path(tmp), args.timeout))
     print(table(rows))
+    print(open_loop_table(open_rows))
     capacity = {row["client"]: row["tok_per_cpu_s"] for row in rows if row["scenario"] == SCENARIOS[0].name}
     if capacity.get("locust") and capacity.get("asyncio"):
         print(f"Locust / asyncio tokens per CPU-second: {capacity['locust'] / capacity['asyncio']:.2f}")
-    record = {"kind": "sglang-harness-benchmark", "cpus": sorted(os.sched_getaffinity(0)), "rows": rows}
+    record = {"kind": "sglang-harness-benchmark", "cpus": sorted(os.sched_getaffinity(0)), "rows": rows, "open_loop": open_rows}
     path = results.save_record(record, args.results_dir, "harness", "loadgen")
     print(f"saved {path}")
     return 0

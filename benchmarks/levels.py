@@ -51,13 +51,20 @@ def server_samples(samples: list[dict[str, float]], window: tuple[float, float] 
 
 
 def summarize_level(
-    concurrency: int, path: Path, run: dict[str, Any] | None, requested: int, goodput: dict[str, float] | None = None
+    concurrency: int | None,
+    path: Path,
+    run: dict[str, Any] | None,
+    requested: int,
+    goodput: dict[str, float] | None = None,
+    arrival: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A closed-loop level (its concurrency) or an open-loop one (concurrency None, `arrival` what it asked for)."""
     if not path.exists():
         reason = (run or {}).get("stderr", "").strip().splitlines()[-1:] or ["no records came back"]
-        return {"concurrency": concurrency, "status": "failed", "error": reason[0][:300], "completed": 0, "failed": 0}
+        failed = {"concurrency": concurrency, "status": "failed", "error": reason[0][:300], "completed": 0, "failed": 0}
+        return {**failed, "arrival": arrival} if arrival else failed
     records, samples = read_level(path)
-    figures = level_metrics(records, concurrency, goodput)
+    figures = level_metrics(records, concurrency, goodput, arrival)
     figures["server_metrics"] = server_samples(samples, window(records))
     figures["loadgen"] = loadgen_usage(path)
     if figures["completed"] == 0:

@@ -1,11 +1,17 @@
-"""The workload: streaming generation requests in a closed loop at fixed concurrency (Locust, headless).
+"""The workload: streaming generation requests, closed loop at fixed concurrency or open loop at a rate (Locust, headless).
 
     locust -f benchmarks/locustfile.py --headless -u C -r C --run-time 600 --host URL \
         --bench-output-tokens 256 --bench-requests 64 --bench-records out.jsonl
+    locust ... -u 1 -r 1 --bench-request-rate 4 --bench-burstiness 1 --bench-warmup 4 --bench-requests 1000 ...
 
-C users, no think time: each sends a request, reads its stream to the end, sends the next. The first
-`--bench-warmup` requests (default C) are excluded; the next `--bench-requests` are measured; requests
-sent after those keep the concurrency steady until the last measured one ends, then the run stops.
+Closed loop: C users, no think time: each sends a request, reads its stream to the end, sends the next.
+Open loop (--bench-request-rate R): one user per process is a scheduler; the level's arrival times are
+drawn from the seed (gamma inter-arrivals of shape --bench-burstiness, mean 1/R, the first at 0) and each
+request is sent at its planned time on its own greenlet, whether or not earlier ones returned; with
+--processes P every process draws the same schedule and sends every P-th arrival, so together they send
+exactly that schedule. --bench-max-concurrency N makes a due request wait for one of N slots.
+Either way the first `--bench-warmup` requests (default C) are excluded; the next `--bench-requests` are
+measured; requests sent after those keep the load steady until the last measured one ends, then the run stops.
 Every request's chunk arrival times and token counts (the server's own, from usage / meta_info) are
 written to `--bench-records` as JSON lines, with samples of the server's /metrics; the figures are
 computed afterwards by benchmarks.metrics. Locust's own response times stop at the headers for
@@ -23,9 +29,10 @@ from array import array
 from typing import Any
 
 import gevent
+import gevent.lock
 from locust import FastHttpUser, constant, events, task
 from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_CLEANUP, STATE_STOPPED, STATE_STOPPING, MasterRunner, WorkerRunner
 
 # Words that tokenizers keep whole: one word ~ one token, so a prompt of N words is ~N tokens.
 # The server's own prompt_tokens count is recorded, so the real input length is known either way.
@@ -93,6 +100,12 @@ def _options(parser: Any) -> None:
     group.add_argument("--bench-api-key", default="", env_var="BENCH_API_KEY", help="bearer token when the server has --api-key")
     group.add_argument("--bench-api-key-file", default="", help="read the bearer token from this file (kept off command lines)")
     group.add_argument("--bench-metrics-interval", type=float, default=1.0, help="seconds between /metrics samples; 0: off")
+    group.add_argument("--bench-prompts", default="", help="prompts as JSON lines {prompt, output_len} (benchmarks.dataset)")
+    group.add_argument("--bench-prefix-groups", type=int, default=0, help="request i opens with group i mod G's shared prefix")
+    group.add_argument("--bench-prefix-tokens", type=int, default=0, help="the length of each group's shared prefix")
+    group.add_argument("--bench-request-rate", type=float, default=0.0, help="open loop: requests per second (0: closed loop)")
+    group.add_argument("--bench-burstiness", type=float, default=1.0, help="open loop: gamma shape of the gaps (1: Poisson)")
+    group.add_argument("--bench-max-concurrency", type=int, default=0, help="open loop: at most this many in flight (0: no cap)")
 
 
 class Level:
@@ -107,6 +120,9 @@ class Level:
         self.stopping = False
         self.written = False
         self.workers_done = 0  # on the master of --processes N: workers whose measured share is done
+        self.measured_share = 0  # measured requests this process sends (its part of the level's)
+        self.scheduling = False  # open loop: this process's scheduler has started
+        self.start_at: float | None = None  # open loop with --processes N: the schedule's zero, from the master
         # This process's CPU and wall clocks at its first request: how busy the load generator itself was.
         self.cpu_start: float | None = None
         self.wall_start = 0.0
@@ -133,6 +149,14 @@ def process_slot(environment: Environment) -> tuple[int, int]:
     return 1, 0
 
 
+def arrival_gaps(seed: int, rate: float, burstiness: float) -> Any:
+    """Seconds between arrivals, endless: gamma(shape=burstiness, mean=1/rate), seeded (vLLM's --burstiness)."""
+    chooser = random.Random(seed * 1_000_003 + 700_001)  # apart from the prompts' and lengths' draws
+    scale = 1.0 / (rate * burstiness)
+    while True:
+        yield chooser.gammavariate(burstiness, scale)
+
+
 def prompt_words(seed: int, index: int, count: int) -> str:
     chooser = random.Random(seed * 1_000_003 + index)
     return " ".join(chooser.choice(WORDS) for _ in range(count))
@@ -143,6 +167,28 @@ def prompt_ids(seed: int, index: int, count: int, vocab_size: int) -> list[int]:
     chooser = random.Random(seed * 1_000_003 + index)
     low = min(16, vocab_size // 2)
     return [chooser.randrange(low, vocab_size) for _ in range(count)]
+
+
+PROMPTS: list[dict[str, Any]] = []  # --bench-prompts, read at the first request, in the seed's order
+
+
+def dataset_prompt(options: Any, index: int) -> dict[str, Any]:
+    """The index-th request's prompt from the dataset: a seeded shuffle of the file, taken in turn, cycled."""
+    if not PROMPTS:
+        with open(options.bench_prompts, encoding="utf-8") as handle:
+            PROMPTS.extend(json.loads(line) for line in handle if line.strip())
+        random.Random(options.bench_seed).shuffle(PROMPTS)
+    return PROMPTS[index % len(PROMPTS)]
+
+
+def shared_prefix(options: Any, index: int) -> tuple[str, list[int]]:
+    """The shared-prefix workload: request i's group (i mod G) prefix, as words and as token ids."""
+    if options.bench_prefix_groups <= 0 or options.bench_prefix_tokens <= 0:
+        return "", []
+    group = index % options.bench_prefix_groups
+    seed = options.bench_seed + 900_001  # apart from the per-request prompts' own seeds
+    words = prompt_words(seed, group, options.bench_prefix_tokens)
+    return words + " ", prompt_ids(seed, group, options.bench_prefix_tokens, options.bench_vocab_size)
 
 
 def lengths(options: Any, index: int) -> tuple[int, int]:
@@ -162,16 +208,24 @@ def request_body(options: Any, index: int) -> tuple[str, bytes, int]:
     """The request's path, body and the output tokens it asks for."""
     seed = options.bench_seed
     n_in, n_out = lengths(options, index)
+    text: str | None = None  # a dataset's prompt, sent as text on either endpoint
+    if options.bench_prompts:
+        item = dataset_prompt(options, index)
+        text, n_out = item["prompt"], item.get("output_len") or options.bench_output_tokens
+    prefix_words, prefix_ids = shared_prefix(options, index)
     if options.bench_endpoint == "generate":
+        ids = prefix_ids + prompt_ids(seed, index, n_in, options.bench_vocab_size)
+        prompt: dict[str, Any] = {"text": text} if text is not None else {"input_ids": ids}
         body = {
-            "input_ids": prompt_ids(seed, index, n_in, options.bench_vocab_size),
+            **prompt,
             "stream": True,
             "sampling_params": {"max_new_tokens": n_out, "ignore_eos": True, "temperature": 0},
         }
         return "/generate", json.dumps(body).encode(), n_out
+    content = text if text is not None else prefix_words + prompt_words(seed, index, n_in)
     body = {
         "model": options.bench_model,
-        "messages": [{"role": "user", "content": prompt_words(seed, index, n_in)}],
+        "messages": [{"role": "user", "content": content}],
         "max_tokens": n_out,
         "ignore_eos": True,
         "temperature": 0,
@@ -241,6 +295,8 @@ def spread_counts(counts: array, total: int) -> None:
 
 class StreamingUser(FastHttpUser):
     wait_time = constant(0)
+    # The connection pool's size: a closed-loop user has one request in flight, an open-loop scheduler many.
+    concurrency = 100_000
 
     def on_start(self) -> None:
         options = self.environment.parsed_options
@@ -258,19 +314,72 @@ class StreamingUser(FastHttpUser):
         if LEVEL.stopping:
             gevent.sleep(0.05)
             return
+        if options.bench_request_rate > 0:
+            self.open_loop()
+            return
         users = options.num_users or 1  # the level's C, across all processes
         processes, slot = process_slot(self.environment)
         warmup = share(options.bench_warmup if options.bench_warmup >= 0 else users, processes, slot)
-        measured = share(options.bench_requests, processes, slot)
-        if LEVEL.cpu_start is None:
-            LEVEL.cpu_start, LEVEL.wall_start = time.process_time(), time.monotonic()
+        LEVEL.measured_share = share(options.bench_requests, processes, slot)
         index = LEVEL.sent
         LEVEL.sent += 1
+        record = self.send(index, LEVEL.phase(index, warmup, LEVEL.measured_share), users, None)
+        self.count(record)
+
+    def open_loop(self) -> None:
+        """This process's scheduler: the level's whole schedule, its every P-th arrival sent at the planned time."""
+        if LEVEL.scheduling:
+            gevent.sleep(0.05)  # one scheduler per process; any further user idles
+            return
+        LEVEL.scheduling = True
+        options = self.environment.parsed_options
+        processes, slot = process_slot(self.environment)
+        warmup, measured = max(options.bench_warmup, 0), options.bench_requests  # level-wide, global indices
+        LEVEL.measured_share = sum(1 for i in range(warmup, warmup + measured) if i % processes == slot)
+        if processes > 1:  # every process starts the same schedule at the master's zero (one clock: one machine)
+            deadline = time.monotonic() + 10
+            while LEVEL.start_at is None and time.monotonic() < deadline:
+                gevent.sleep(0.005)
+        planned = LEVEL.start_at if LEVEL.start_at is not None else time.monotonic()
+        slots = gevent.lock.BoundedSemaphore(options.bench_max_concurrency) if options.bench_max_concurrency > 0 else None
+        gaps = arrival_gaps(options.bench_seed, options.bench_request_rate, options.bench_burstiness)
+        index = 0
+        while not LEVEL.stopping and self.environment.runner.state not in (STATE_STOPPING, STATE_STOPPED, STATE_CLEANUP):
+            if index % processes == slot:
+                delay = planned - time.monotonic()
+                if delay > 0:
+                    gevent.sleep(delay)
+                if LEVEL.stopping:
+                    break
+                phase = LEVEL.phase(index, warmup, measured)
+                gevent.spawn(self.arrive, index, phase, planned, slots)
+                LEVEL.sent += 1
+            index += 1
+            planned += next(gaps)
+
+    def arrive(self, index: int, phase: str, planned: float, slots: Any) -> None:
+        if slots is not None:
+            slots.acquire()  # --max-concurrency: wait for a free slot; the lateness records the wait
+        try:
+            if LEVEL.stopping:
+                return
+            record = self.send(index, phase, self.environment.parsed_options.bench_request_rate, planned)
+        finally:
+            if slots is not None:
+                slots.release()
+        self.count(record)
+
+    def send(self, index: int, phase: str, level: float, planned: float | None) -> dict[str, Any]:
+        """One streamed request, start to end; its record (kept for the level's file) whatever happens."""
+        options = self.environment.parsed_options
+        if LEVEL.cpu_start is None:
+            LEVEL.cpu_start, LEVEL.wall_start = time.process_time(), time.monotonic()
         path, body, n_out = request_body(options, index)
         record: dict[str, Any] = {
-            "level": users,
-            "phase": LEVEL.phase(index, warmup, measured),
+            "level": level,
+            "phase": phase,
             "sent": time.monotonic(),
+            "planned": planned,
             "end": 0.0,
             "ok": False,
             "error": "",
@@ -310,15 +419,21 @@ class StreamingUser(FastHttpUser):
             self.environment.events.request.fire(
                 request_type="TTFT", name=path, response_time=ttft_ms, response_length=0, exception=None, context={}
             )
-        if record["phase"] == "measured":
-            LEVEL.measured_done += 1
-            if LEVEL.measured_done == measured:
-                runner = self.environment.runner
-                if isinstance(runner, WorkerRunner):
-                    runner.send_message("bench_done", slot)  # keep loading until the master says quit
-                elif not LEVEL.stopping:
-                    LEVEL.stopping = True
-                    gevent.spawn(runner.quit)
+        return record
+
+    def count(self, record: dict[str, Any]) -> None:
+        """When this process's last measured request ends, the level ends (all processes' for --processes N)."""
+        if record["phase"] != "measured":
+            return
+        LEVEL.measured_done += 1
+        if LEVEL.measured_done == LEVEL.measured_share:
+            runner = self.environment.runner
+            if isinstance(runner, WorkerRunner):
+                _, slot = process_slot(self.environment)
+                runner.send_message("bench_done", slot)  # keep loading until the master says quit
+            elif not LEVEL.stopping:
+                LEVEL.stopping = True
+                gevent.spawn(runner.quit)
 
 
 def sample_metrics(environment: Environment) -> None:
@@ -351,10 +466,19 @@ def _init(environment: Environment, **_: Any) -> None:
                 gevent.spawn(environment.runner.quit)
 
         environment.runner.register_message("bench_done", worker_done)
+    elif isinstance(environment.runner, WorkerRunner):
+
+        def schedule_zero(msg: Any, **__: Any) -> None:
+            LEVEL.start_at = float(msg.data)
+
+        environment.runner.register_message("bench_start_at", schedule_zero)
 
 
 @events.test_start.add_listener
 def _start(environment: Environment, **_: Any) -> None:
+    if isinstance(environment.runner, MasterRunner) and environment.parsed_options.bench_request_rate > 0:
+        # A little ahead, so that every worker has the zero before its first arrival is due.
+        environment.runner.send_message("bench_start_at", time.monotonic() + 0.5)
     # Sampled once per level: by the master of --processes N, never by its workers.
     if environment.parsed_options.bench_metrics_interval > 0 and not isinstance(environment.runner, WorkerRunner):
         gevent.spawn(sample_metrics, environment)

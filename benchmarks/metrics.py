@@ -104,10 +104,40 @@ def goodput(records: Sequence[RequestRecord], bounds: dict[str, float], span: tu
     }
 
 
+def _rate_and_cv(times: Sequence[float]) -> tuple[float | None, float | None]:
+    """Arrivals per second over the span of `times`, and the coefficient of variation of the gaps."""
+    gaps = np.diff(np.sort(np.asarray(times, dtype=float)))
+    if len(gaps) < 2 or gaps.sum() <= 0:
+        return None, None
+    return float(len(gaps) / gaps.sum()), float(gaps.std() / gaps.mean())
+
+
+def arrival_figures(records: Sequence[RequestRecord], asked: dict[str, Any]) -> dict[str, Any]:
+    """Open loop, over the measured requests: the schedule's rate and CV, what the client really sent, and
+    how late it sent (actual minus planned send time: the generator's own error, plus any wait for a slot)."""
+    measured = [r for r in records if r.phase == "measured" and r.planned is not None]
+    planned_rate, planned_cv = _rate_and_cv([r.planned for r in measured if r.planned is not None])
+    achieved_rate, achieved_cv = _rate_and_cv([r.sent for r in measured])
+    return {
+        **asked,
+        "planned_rate": planned_rate,
+        "planned_cv": planned_cv,
+        "achieved_rate": achieved_rate,
+        "achieved_cv": achieved_cv,
+        "lateness_ms": stats([(r.sent - r.planned) * 1000 for r in measured if r.planned is not None]),
+    }
+
+
 def level_metrics(
-    records: Sequence[RequestRecord], concurrency: int, goodput_bounds: dict[str, float] | None = None
+    records: Sequence[RequestRecord],
+    concurrency: int | None,
+    goodput_bounds: dict[str, float] | None = None,
+    arrival: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every figure of one concurrency level, plus the same under SGLang bench_serving's key names."""
+    """Every figure of one level, plus the same under SGLang bench_serving's key names.
+
+    `concurrency` is the closed loop's C; an open-loop level has None and `arrival` (what it asked for).
+    """
     measured = [r for r in records if r.phase == "measured"]
     completed = [r for r in measured if r.ok]
     span = window(records)
@@ -118,6 +148,8 @@ def level_metrics(
         "failed": len(measured) - len(completed),
         "errors": sorted({r.error for r in measured if r.error})[:5],
     }
+    if arrival is not None:
+        result["arrival"] = arrival_figures(records, arrival)
     if span is None or span[1] <= span[0] or not completed:
         return {**result, "duration_s": 0.0, "aggregate_tok_s": 0.0}
     lo, hi = span

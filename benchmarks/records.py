@@ -17,9 +17,10 @@ def phase_of(index: int, warmup: int, measured: int) -> str:
 
 @dataclass
 class RequestRecord:
-    level: int  # the concurrency C of the level
+    level: float  # the level's concurrency C (closed loop) or request rate (open loop)
     phase: str
     sent: float  # CLOCK_MONOTONIC seconds (system-wide on Linux: comparable across processes)
+    planned: float | None = None  # open loop: when the schedule meant it to be sent (same clock)
     end: float = 0.0
     ok: bool = False
     error: str = ""

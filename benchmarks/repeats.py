@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.workload import level_id, level_load
+
 # The figures a comparison decides on: name -> where it sits in a level's figures.
 HEADLINE = {
     "aggregate_tok_s": ("aggregate_tok_s",),
@@ -69,9 +71,9 @@ def merge(repeats: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def merge_runs(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Several sweeps' levels -> one merged level per concurrency, in order."""
-    by_level: dict[int, list[dict[str, Any]]] = {}
+    """Several sweeps' levels -> one merged level per concurrency (or request rate), in order."""
+    by_level: dict[str, list[dict[str, Any]]] = {}
     for levels in runs:
         for level in levels:
-            by_level.setdefault(level["concurrency"], []).append(level)
-    return [merge(by_level[c]) for c in sorted(by_level)]
+            by_level.setdefault(level_id(level), []).append(level)
+    return [merge(group) for group in sorted(by_level.values(), key=lambda group: level_load(group[0]))]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.workload import level_name
 from sglang_layout import tables
 from sglang_layout.tables import number
 
 
 def level_table(levels: list[dict[str, Any]]) -> str:
     header = (
-        "C",
+        "level",
         "status",
         "done/fail",
         "agg tok/s",
@@ -27,12 +28,12 @@ def level_table(levels: list[dict[str, Any]]) -> str:
     rows = []
     for level in levels:
         if level["status"] == "failed" and "decode_tok_s" not in level:
-            rows.append((str(level["concurrency"]), "failed", f"0/{level.get('failed', 0)}", *["-"] * 10))
+            rows.append((level_name(level), "failed", f"0/{level.get('failed', 0)}", *["-"] * 10))
             continue
         server = (level.get("server_metrics") or {}).get("gen_throughput")
         rows.append(
             (
-                str(level["concurrency"]),
+                level_name(level),
                 level["status"],
                 f"{level['completed']}/{level['failed']}",
                 number(level["aggregate_tok_s"]),
@@ -56,17 +57,29 @@ def level_table(levels: list[dict[str, Any]]) -> str:
         notes_head = []
     lines = [tables.text_table(header, rows, right_aligned=True), *notes_head]
     notes = [
-        f"C={lv['concurrency']}: client-bound: a load-generator process used {100 * lv['loadgen']['busiest_cpu_fraction']:.0f}% "
+        f"{level_name(lv)}: client-bound: a load-generator process used {100 * lv['loadgen']['busiest_cpu_fraction']:.0f}% "
         "of a core; its figures understate the server (add --processes)"
         for lv in levels
         if (lv.get("loadgen") or {}).get("client_bound")
     ]
+    notes += [arrival_note(lv) for lv in levels if lv.get("arrival") and lv["arrival"].get("achieved_rate")]
     notes += [
-        f"C={lv['concurrency']}: {lv.get('error') or ', '.join(lv.get('errors', []))}"
+        f"{level_name(lv)}: {lv.get('error') or ', '.join(lv.get('errors', []))}"
         for lv in levels
         if lv["status"] != "ok" and (lv.get("error") or lv.get("errors"))
     ]
     return "\n".join(lines + notes)
+
+
+def arrival_note(level: dict[str, Any]) -> str:
+    """An open-loop level's schedule against what the client sent: rate, burstiness (CV) and lateness."""
+    arrival = level["arrival"]
+    late = arrival["lateness_ms"]
+    return (
+        f"{level_name(level)}: sent {arrival['achieved_rate']:.3g}/s (schedule {arrival['planned_rate']:.3g}/s), "
+        f"gap CV {arrival['achieved_cv']:.2f} (schedule {arrival['planned_cv']:.2f}), "
+        f"sent late by p50 {late['p50']:.1f} ms, p99 {late['p99']:.1f} ms"
+    )
 
 
 def _goodput_cells(level: dict[str, Any]) -> tuple[str, str, str]:

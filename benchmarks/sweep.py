@@ -1,4 +1,4 @@
-"""One concurrency sweep: playbooks/benchmark.yml through ansible-runner, then the figures per level."""
+"""One sweep (concurrencies or request rates): playbooks/benchmark.yml through ansible-runner, then the figures per level."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any
 
 import yaml
 
+from benchmarks import dataset
 from benchmarks.levels import summarize_level
 from benchmarks.processes import stop_process_tree
-from benchmarks.workload import Workload
+from benchmarks.workload import Workload, level_name
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOK = REPO / "playbooks" / "benchmark.yml"
@@ -43,13 +44,19 @@ def run_sweep(
     loadgen: str = "localhost",
     api_key: str = "",
     progress: Callable[[str], None] = print,
+    prompts_file: Path | None = None,
 ) -> SweepResult:
-    """Run every level through ansible-runner in a fresh private data dir; levels done survive an interrupt."""
+    """Run every level through ansible-runner in a fresh private data dir; levels done survive an interrupt.
+
+    `prompts_file`: the dataset's prompts as benchmarks.dataset writes them (read here when not given).
+    """
     import ansible_runner
 
     private = Path(tempfile.mkdtemp(prefix="sglang-bench-runner-"))
     output_dir = private / "artifacts" / "records"
     output_dir.mkdir(parents=True)
+    if workload.dataset and prompts_file is None:
+        prompts_file = dataset.write_prompts(dataset.load_prompts(Path(workload.dataset)), private / "prompts.jsonl")
     work_dir = f"/tmp/sglang-bench-{secrets.token_hex(8)}"  # on the load generator; removed here if interrupted
     extravars = {
         **workload.extravars(),
@@ -60,13 +67,15 @@ def run_sweep(
         "bench_api_key": api_key,
         "bench_work_dir": work_dir,
     }
+    if prompts_file is not None:
+        extravars["bench_prompts_source"] = str(prompts_file)
     if url:
         extravars["bench_url"] = url
     if server_host:
         extravars["bench_server_host"] = server_host
     vars_file = unsafe_vars_file(private / "bench-vars.yml", extravars)
     interrupted = {"flag": False}
-    pending = list(workload.levels)
+    pending = workload.level_keys()
     started: dict[str, float] = {}
     finished: set[str] = set()  # levels whose Locust run ended (their records are complete)
 
@@ -76,17 +85,16 @@ def run_sweep(
         if event.get("event") == "playbook_on_task_start" and is_locust:
             started["t"] = time.monotonic()
             if pending:
-                concurrency = pending.pop(0)
-                measured = workload.measured_requests(concurrency)
-                progress(f"  C={concurrency}: running ({measured} measured requests, at most {workload.level_timeout} s)")
+                key = started["key"] = pending.pop(0)
+                measured = workload.measured_requests(key)
+                progress(f"  {_name(workload, key)}: running ({measured} measured requests, at most {workload.level_timeout} s)")
         if event.get("event") in ("runner_on_ok", "runner_on_failed") and is_locust:
-            level = data.get("res", {}).get("invocation", {}).get("module_args", {}).get("argv", [])
-            users = next((a.split("=", 1)[1] for a in level if a.startswith("--users=")), "?")
+            key = started.get("key", "?")
             rc = data.get("res", {}).get("rc")
-            finished.add(users)
+            finished.add(key)
             took = time.monotonic() - started.get("t", time.monotonic())
             started["locust"] = started.get("locust", 0.0) + took
-            progress(f"  C={users}: locust finished in {took:.1f} s (rc {rc})")
+            progress(f"  {_name(workload, key)}: locust finished in {took:.1f} s (rc {rc})")
         return True
 
     def on_interrupt(signum: int, frame: object) -> None:
@@ -120,17 +128,19 @@ def run_sweep(
     levels_run = stats.get("bench_levels_run", {})
     server = stats.get("bench_server", {})
     levels = []
-    for concurrency in workload.levels:
-        path = output_dir / f"level-{concurrency}.jsonl"
-        if str(concurrency) not in levels_run and not path.exists():
+    for key in workload.level_keys():
+        path = output_dir / f"level-{key}.jsonl"
+        if key not in levels_run and not path.exists():
             continue  # never started (interrupted or the play failed before it)
-        measured = workload.measured_requests(concurrency)
-        levels.append(summarize_level(concurrency, path, levels_run.get(str(concurrency)), measured, workload.goodput))
+        arrival = workload.arrival(key)
+        concurrency = None if arrival else int(key)
+        measured = workload.measured_requests(key)
+        levels.append(summarize_level(concurrency, path, levels_run.get(key), measured, workload.goodput, arrival))
     if interrupted["flag"]:
         status = "interrupted"
     elif not levels:
         status = "failed"
-    elif all(level["status"] == "ok" for level in levels) and len(levels) == len(workload.levels):
+    elif all(level["status"] == "ok" for level in levels) and len(levels) == len(workload.level_keys()):
         status = "complete"
     elif any(level["status"] != "failed" for level in levels):
         status = "partial"
@@ -141,6 +151,11 @@ def run_sweep(
     return SweepResult(status=status, levels=levels, server=server, error=error, locust_s=started.get("locust", 0.0))
 
 
+def _name(workload: Workload, key: str) -> str:
+    arrival = workload.arrival(key)
+    return level_name({"arrival": arrival} if arrival else {"concurrency": key})
+
+
 def is_locust_task(event_data: dict[str, Any]) -> bool:
     """The one command task of playbooks/tasks/benchmark_level.yml: found by file and module, not by its name."""
     path = str(event_data.get("task_path", "")).rsplit(":", 1)[0]
@@ -149,8 +164,8 @@ def is_locust_task(event_data: dict[str, Any]) -> bool:
 
 def _keep_finished_levels(work_dir: Path, output_dir: Path, finished: set[str]) -> None:
     """Bring back the records of levels that ended before an interrupt but were not fetched yet."""
-    for users in finished:
-        source, target = work_dir / f"level-{users}.jsonl", output_dir / f"level-{users}.jsonl"
+    for key in finished:
+        source, target = work_dir / f"level-{key}.jsonl", output_dir / f"level-{key}.jsonl"
         if source.is_file() and not target.exists():
             shutil.copyfile(source, target)
 
@@ -192,7 +207,7 @@ def _artifact_data(runner: Any) -> dict[str, Any]:
 def _failure_reason(runner: Any, levels: list[dict[str, Any]]) -> str:
     failed_levels = [level for level in levels if level["status"] == "failed"]
     if failed_levels:
-        return f"C={failed_levels[0]['concurrency']}: {failed_levels[0].get('error', 'failed')}"
+        return f"{level_name(failed_levels[0])}: {failed_levels[0].get('error', 'failed')}"
     for event in runner.events:
         if event.get("event") == "runner_on_failed":
             return str(event.get("event_data", {}).get("res", {}).get("msg", "the benchmark playbook failed"))[:500]

@@ -1,4 +1,7 @@
-"""The workload of a sweep: what is sent at each concurrency level and how many requests are measured.
+"""The workload of a sweep: what is sent at each level and how many requests are measured.
+
+A level is either closed-loop (C users, each sending its next request when its last one ends: `--levels`)
+or open-loop (requests arriving at a rate whether or not the server keeps up: `--request-rates`).
 
 Defined once: the dataclass holds the fields, `add_cli_args` writes the command-line options of every
 subcommand that sends load (run, search), `from_cli_args` reads them back.
@@ -7,6 +10,7 @@ subcommand that sends load (run, search), `from_cli_args` reads them back.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -41,6 +45,45 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
+def parse_rates(text: str) -> list[float]:
+    """`0.5,2,8` -> [0.5, 2.0, 8.0] requests per second, each once, in the order given."""
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"--request-rates {text!r}: give numbers of requests per second separated by commas, e.g. 0.5,2,8"
+        ) from exc
+    if not rates or any(not 0.001 <= rate <= 100_000 or math.isnan(rate) for rate in rates):
+        raise argparse.ArgumentTypeError(f"--request-rates {text!r}: every rate must be from 0.001 to 100000 requests/s")
+    return list(dict.fromkeys(rates))
+
+
+def rate_key(rate: float) -> str:
+    """An open-loop level's name in files and tables: r2 for 2 requests/s, r0.5 for 0.5."""
+    return f"r{rate:g}"
+
+
+def level_name(level: dict[str, Any]) -> str:
+    """How a stored level is named in tables: C=16, or R=2/s for an open-loop level."""
+    arrival = level.get("arrival")
+    if arrival:
+        cap = f", C<={arrival['max_concurrency']}" if arrival.get("max_concurrency") else ""
+        return f"R={arrival['target_rate']:g}/s{cap}"
+    return f"C={level['concurrency']}"
+
+
+def level_load(level: dict[str, Any]) -> float:
+    """A stored level's load on one axis: its concurrency, or its target rate (open loop)."""
+    arrival = level.get("arrival")
+    return float(arrival["target_rate"]) if arrival else float(level["concurrency"])
+
+
+def level_id(level: dict[str, Any]) -> str:
+    """The key that matches one level across runs and repeats: its concurrency, or r<rate>."""
+    arrival = level.get("arrival")
+    return rate_key(arrival["target_rate"]) if arrival else str(level["concurrency"])
+
+
 def parse_goodput(text: str) -> tuple[str, float]:
     """`tpot:50` -> ('tpot', 50.0): vLLM's --goodput spelling, milliseconds."""
     name, sep, value = text.partition(":")
@@ -65,7 +108,7 @@ class _Pairs(argparse.Action):
 
 @dataclass
 class Workload:
-    levels: list[int]
+    levels: list[int]  # closed loop: the concurrencies (ignored when request_rates are given)
     endpoint: str = "chat"  # chat: /v1/chat/completions; generate: SGLang's native /generate
     model: str = "default"
     input_tokens: int = 128
@@ -82,12 +125,47 @@ class Workload:
     repeats: int = 1  # each level measured this many times; figures as means with 95% intervals
     processes: int = 1  # Locust --processes: load-generator cores (more than ~128 fast streams per core)
     goodput: dict[str, float] = field(default_factory=dict)  # bounds in ms: a request is good within all of them
+    # Open loop: one level per rate (requests/s), gamma inter-arrivals of shape `burstiness` (1: Poisson),
+    # at most `max_concurrency` in flight (0: no cap; a request due while the cap is full waits for a slot).
+    request_rates: list[float] = field(default_factory=list)
+    burstiness: float = 1.0
+    max_concurrency: int = 0
+    # Prompts: synthetic (seeded words or token ids), from a local dataset file, or with a prefix shared
+    # by each of `prefix_groups` groups of requests (`prefix_tokens` long), so the radix cache is used.
+    dataset: str = ""
+    prefix_groups: int = 0
+    prefix_tokens: int = 0
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser, *, default_levels: str = DEFAULT_LEVELS) -> None:
         """The workload's options, one per field (the field's name with dashes)."""
         add = parser.add_argument
-        add("--levels", type=parse_levels, default=parse_levels(default_levels), help=f"concurrencies (default {default_levels})")
+        load = parser.add_mutually_exclusive_group()
+        load.add_argument(
+            "--levels",
+            type=parse_levels,
+            default=parse_levels(default_levels),
+            help=f"closed loop: the concurrencies, one level each (default {default_levels})",
+        )
+        load.add_argument(
+            "--request-rates",
+            type=parse_rates,
+            default=[],
+            help="open loop instead: requests per second, one level each (e.g. 1,4,16); requests arrive on a seeded "
+            "schedule whether or not earlier ones returned",
+        )
+        add(
+            "--burstiness",
+            type=bounded(0.01, 100.0, kind=float),
+            default=1.0,
+            help="open loop: gamma inter-arrivals of this shape (1: Poisson; below 1 burstier, above 1 steadier; vLLM's meaning)",
+        )
+        add(
+            "--max-concurrency",
+            type=bounded(0, 100_000),
+            default=0,
+            help="open loop: at most this many requests in flight; a request due while all are busy waits (0: no cap)",
+        )
         add("--endpoint", choices=["chat", "generate"], default="chat")
         add("--model", default="default", help="model name sent to the OpenAI endpoint")
         add("--input-tokens", type=bounded(1, 1_000_000), default=128)
@@ -121,6 +199,20 @@ class Workload:
             help="measure each level N times: every headline figure as the mean with a 95%% interval, and a "
             "layout called better only when the intervals separate",
         )
+        add(
+            "--dataset",
+            default="",
+            metavar="FILE",
+            help='prompts from a local file: ShareGPT JSON, or JSON lines {"prompt": ..., "output_len": N} '
+            "(output_len optional; never downloaded); used in a seeded order",
+        )
+        add(
+            "--prefix-groups",
+            type=bounded(0, 1_000_000),
+            default=0,
+            help="shared-prefix workload: request i starts with group i mod G's prefix (with --prefix-tokens)",
+        )
+        add("--prefix-tokens", type=bounded(0, 1_000_000), default=0, help="the length of each group's shared prefix")
         add("--flush-cache", action="store_true", help="empty the server's prefix cache (SGLang /flush_cache) before each level")
         add(
             "--goodput",
@@ -137,20 +229,60 @@ class Workload:
     def from_cli_args(cls, args: argparse.Namespace) -> Workload:
         return cls(**{item.name: getattr(args, item.name) for item in fields(cls)})
 
-    def measured_requests(self, concurrency: int) -> int:
-        return max(self.min_requests, self.rounds * concurrency)
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.request_rates)
 
-    def warmup_requests(self, concurrency: int) -> int:
-        """Requests excluded first: as given, or one per user (-1)."""
-        return self.warmup if self.warmup >= 0 else concurrency
+    def level_keys(self) -> list[str]:
+        """Every level's name in files: its concurrency (closed loop) or r<rate> (open loop), in order."""
+        return [rate_key(rate) for rate in self.request_rates] if self.open_loop else [str(c) for c in self.levels]
+
+    def rate_of(self, key: str | int) -> float | None:
+        """An open-loop level's rate (requests/s); None for a closed-loop level."""
+        return next((rate for rate in self.request_rates if rate_key(rate) == str(key)), None)
+
+    def measured_requests(self, key: str | int) -> int:
+        """Closed loop: max(min_requests, rounds x C); open loop: max(min_requests, rounds seconds of arrivals)."""
+        rate = self.rate_of(key)
+        return max(self.min_requests, self.rounds * int(key) if rate is None else math.ceil(self.rounds * rate))
+
+    def warmup_requests(self, key: str | int) -> int:
+        """Requests excluded first: as given, or (-1) one per user in closed loop, one second of arrivals in open loop."""
+        if self.warmup >= 0:
+            return self.warmup
+        rate = self.rate_of(key)
+        return int(key) if rate is None else max(1, math.ceil(rate))
+
+    def users(self, key: str | int) -> int:
+        """Locust users: C in closed loop; in open loop one scheduler per load-generator process."""
+        return self.processes if self.rate_of(key) is not None else int(key)
+
+    def problems(self) -> list[str]:
+        """Option combinations that cannot work, each said with the fix (before anything runs)."""
+        found = []
+        if not self.open_loop and (self.burstiness != 1.0 or self.max_concurrency):
+            found.append("--burstiness and --max-concurrency shape open-loop levels: give --request-rates too")
+        if bool(self.prefix_groups) != bool(self.prefix_tokens):
+            found.append("a shared-prefix workload needs both --prefix-groups G and --prefix-tokens P (both above 0)")
+        if self.dataset and self.prefix_groups:
+            found.append("--prefix-groups shapes synthetic prompts: drop it or --dataset")
+        return found
+
+    def arrival(self, key: str | int) -> dict[str, Any] | None:
+        """What an open-loop level asked for (stored with its figures); None in closed loop."""
+        rate = self.rate_of(key)
+        if rate is None:
+            return None
+        return {"target_rate": rate, "burstiness": self.burstiness, "max_concurrency": self.max_concurrency}
 
     def at_levels(self, levels: list[int]) -> Workload:
         """The same workload over other levels (the search measures one level at a time)."""
-        return type(self)(**{**vars(self), "levels": list(levels), "goodput": dict(self.goodput)})
+        return type(self)(**{**vars(self), "levels": list(levels), "goodput": dict(self.goodput), "request_rates": []})
 
     def extravars(self) -> dict[str, Any]:
+        keys = self.level_keys()
         return {
-            "bench_levels": self.levels,
+            "bench_levels": keys if self.open_loop else self.levels,
             "bench_endpoint": self.endpoint,
             "bench_model": self.model,
             "bench_input_tokens": self.input_tokens,
@@ -158,10 +290,16 @@ class Workload:
             "bench_range_ratio": self.range_ratio,
             "bench_seed": self.seed,
             "bench_vocab_size": self.vocab_size,
-            "bench_warmup": {str(c): self.warmup_requests(c) for c in self.levels},
-            "bench_measured": {str(c): self.measured_requests(c) for c in self.levels},
+            "bench_warmup": {key: self.warmup_requests(key) for key in keys},
+            "bench_measured": {key: self.measured_requests(key) for key in keys},
+            "bench_users": {key: self.users(key) for key in keys},
+            "bench_rates": {key: self.rate_of(key) for key in keys if self.open_loop},
+            "bench_burstiness": self.burstiness,
+            "bench_max_concurrency": self.max_concurrency,
             "bench_level_timeout": self.level_timeout,
             "bench_metrics_interval": self.metrics_interval,
             "bench_processes": self.processes,
             "bench_flush_cache": self.flush_cache,
+            "bench_prefix_groups": self.prefix_groups,
+            "bench_prefix_tokens": self.prefix_tokens,
         }

@@ -113,7 +113,9 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     _validate(entries, declaration)
     shared = {key: declaration.get(key) for key in playbooks.SHARED_KEYS}
     digests = {c.name: declaration_hash(c.entry, shared) for c in candidates}
-    workload_dict = dict(vars(workload))
+    # The search measures closed-loop levels only: the open-loop fields stay out, which also keeps the
+    # ids (and so the resumability) of searches begun before open loop existed.
+    workload_dict = {k: v for k, v in vars(workload).items() if k not in ("request_rates", "burstiness", "max_concurrency")}
     # What decides which levels a candidate gets measured at is part of the search's identity too.
     plan = {
         **workload_dict,

@@ -45,6 +45,8 @@ class Server:
         self.slots = asyncio.Semaphore(cap) if cap > 0 else None
         self.queued = 0
         self.flushes = 0  # /flush_cache calls, reported on /standin/emitted for tests
+        self.arrivals: collections.deque[float] = collections.deque(maxlen=2_000_000)  # when each request came in
+        self.prompts: collections.deque[str] = collections.deque(maxlen=10_000)  # what each asked, as text
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])
@@ -180,8 +182,16 @@ class Server:
         return web.Response(text=body, content_type="text/plain")
 
     async def emitted_route(self, request: web.Request) -> web.Response:
-        """STAND-IN only: the emission time of every token, for tests to count the true output rate."""
-        return web.json_response({"clock": "monotonic", "times": list(self.emitted), "flushes": self.flushes})
+        """STAND-IN only: when every token left, when every request came in and what it asked, for tests."""
+        return web.json_response(
+            {
+                "clock": "monotonic",
+                "times": list(self.emitted),
+                "flushes": self.flushes,
+                "arrivals": list(self.arrivals),
+                "prompts": list(self.prompts),
+            }
+        )
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         # As SGLang: empties the radix cache (the stand-in has none) and says so.
@@ -189,6 +199,7 @@ class Server:
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
 
     async def _body(self, request: web.Request) -> dict:
+        self.arrivals.append(time.monotonic())
         if not self.ready:
             raise web.HTTPServiceUnavailable(text="the server is still loading")
         if self.sim.fail_requests:  # a server whose generation fails (e.g. a broken model), for error-path tests
@@ -215,6 +226,7 @@ class Server:
         params = body.get("sampling_params") or {}
         count = self._count(params.get("max_new_tokens"), bool(params.get("ignore_eos")))
         prompt_tokens = len(str(body.get("text", "")).split()) or len(body.get("input_ids") or [])
+        self.prompts.append(str(body.get("text") or " ".join(map(str, body.get("input_ids") or []))))
         rid = body.get("rid") or uuid.uuid4().hex
 
         def chunk(n: int) -> dict:
@@ -238,6 +250,7 @@ class Server:
         count = self._count(max_tokens, bool(body.get("ignore_eos")))
         if kind == "chat":
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or [])
+            self.prompts.append("\n".join(str(m.get("content", "")) for m in body.get("messages") or []))
         else:
             prompt_tokens = len(str(body.get("prompt", "")).split())
         rid, created = f"{uuid.uuid4().hex}", int(time.time())
