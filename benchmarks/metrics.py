@@ -104,6 +104,10 @@ def goodput(records: Sequence[RequestRecord], bounds: dict[str, float], span: tu
     }
 
 
+BEHIND_SCHEDULE = 0.03  # an open-loop client sending this much slower than its schedule has fallen behind
+LATE_MS = 50.0  # ... or sending its typical request this late
+
+
 def _rate_and_cv(times: Sequence[float]) -> tuple[float | None, float | None]:
     """Arrivals per second over the span of `times`, and the coefficient of variation of the gaps."""
     gaps = np.diff(np.sort(np.asarray(times, dtype=float)))
@@ -118,13 +122,21 @@ def arrival_figures(records: Sequence[RequestRecord], asked: dict[str, Any]) -> 
     measured = [r for r in records if r.phase == "measured" and r.planned is not None]
     planned_rate, planned_cv = _rate_and_cv([r.planned for r in measured if r.planned is not None])
     achieved_rate, achieved_cv = _rate_and_cv([r.sent for r in measured])
+    lateness = stats([(r.sent - r.planned) * 1000 for r in measured if r.planned is not None])
+    # Without a cap, sending slower than planned or typically late means the load generator, not the
+    # server, set the pace (a cap's waits are lateness by design).
+    behind = not asked.get("max_concurrency") and (
+        (achieved_rate is not None and planned_rate is not None and achieved_rate < (1 - BEHIND_SCHEDULE) * planned_rate)
+        or (lateness["p50"] is not None and lateness["p50"] > LATE_MS)
+    )
     return {
         **asked,
         "planned_rate": planned_rate,
         "planned_cv": planned_cv,
         "achieved_rate": achieved_rate,
         "achieved_cv": achieved_cv,
-        "lateness_ms": stats([(r.sent - r.planned) * 1000 for r in measured if r.planned is not None]),
+        "lateness_ms": lateness,
+        "behind_schedule": bool(behind),
     }
 
 

@@ -79,6 +79,7 @@ def arrival_note(level: dict[str, Any]) -> str:
         f"{level_name(level)}: sent {arrival['achieved_rate']:.3g}/s (schedule {arrival['planned_rate']:.3g}/s), "
         f"gap CV {arrival['achieved_cv']:.2f} (schedule {arrival['planned_cv']:.2f}), "
         f"sent late by p50 {late['p50']:.1f} ms, p99 {late['p99']:.1f} ms"
+        + ("; the load generator fell behind its schedule (add --processes)" if arrival.get("behind_schedule") else "")
     )
 
 

@@ -12,6 +12,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from benchmarks import harness
 from tests.rehearsal.bench import benchmarks
 from tests.rehearsal.standin import serving_locally
 
@@ -90,3 +91,13 @@ def test_max_concurrency_caps_what_is_in_flight_and_the_wait_shows_as_lateness(t
     assert level["arrival"]["max_concurrency"] == 4
     assert level["arrival"]["achieved_rate"] < 0.5 * level["arrival"]["planned_rate"]  # the server could not keep up
     assert level["arrival"]["lateness_ms"]["p50"] > 100
+
+
+def test_the_harness_reports_the_schedules_lateness(tmp_path):
+    """`python -m benchmarks harness`'s open-loop scenario, at a rate this machine keeps easily."""
+    scenario = harness.Scenario("open loop: 200 requests/s", 0, 1.0, 2, rate=200.0, seconds=1.0)
+    row = harness.measure(scenario, "locust", tmp_path, 60)
+    assert row["status"] == 0 and (row["requests"], row["failed"]) == (200, 0)
+    assert row["achieved_rate"] == pytest.approx(row["planned_rate"], rel=0.03)
+    assert 0 <= row["lateness_p50_ms"] <= row["lateness_p99_ms"] < 20
+    assert "open loop: 200 requests/s" in harness.open_loop_table([row])

@@ -94,6 +94,18 @@ def test_arrival_figures_compare_what_was_sent_with_the_schedule():
     assert figures["achieved_rate"] == pytest.approx(10.0)  # same first and last send offsets
     assert figures["achieved_cv"] > 0.05  # the late one shortened one gap and stretched the next
     assert figures["lateness_ms"]["p50"] == pytest.approx(2.0) and figures["lateness_ms"]["mean"] > 2.0
+    assert figures["behind_schedule"] is False
+
+
+def test_a_client_slower_than_its_schedule_is_flagged_unless_a_cap_made_it_wait():
+    # Planned 10/s, but each send slips a further 5 ms: sent at ~9.5/s.
+    records = [record(i, i * 0.1, 0.005 * i) for i in range(41)]
+    uncapped = arrival_figures(records, {"target_rate": 10.0, "burstiness": 1.0, "max_concurrency": 0})
+    assert uncapped["achieved_rate"] == pytest.approx(10 / 1.05) and uncapped["behind_schedule"] is True
+    capped = arrival_figures(records, {"target_rate": 10.0, "burstiness": 1.0, "max_concurrency": 4})
+    assert capped["behind_schedule"] is False
+    level = {"arrival": uncapped, "status": "ok", "concurrency": None}
+    assert "fell behind its schedule (add --processes)" in report.arrival_note(level)
 
 
 def test_an_open_loop_level_is_named_by_its_rate_and_kept_apart_in_repeats():
