@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import compare, dataset, harness, repeats, report, results
+from benchmarks import compare, dataset, harness, repeats, report, results, slo
+from benchmarks.capacity import capacity_sentence, measure_levels
 from benchmarks.endpoint import EndpointError, check_url, probe
 from benchmarks.search import objectives
 from benchmarks.search.runner import SearchOptions, main_search
@@ -26,7 +27,7 @@ SEARCH_LEVELS = "1,4,16,64,256"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="one concurrency sweep against one endpoint")
+    run = sub.add_parser("run", help="one sweep (concurrencies or request rates) against one endpoint")
     where = run.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="the server's base URL, e.g. http://10.0.0.5:30001")
     where.add_argument("--server-host", help="an inventory host: benchmark its active layout")
@@ -35,6 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     Workload.add_cli_args(run)
     _add_api_key(run)
     run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
+    run.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        type=_slo,
+        metavar="METRIC_STAT=MS",
+        help="find the SLO capacity: levels go up until a bound breaks (e.g. tpot_p99=50, repeatable), then the "
+        "highest load within every bound is bisected between the levels that bracket it",
+    )
     run.add_argument("--results-dir", type=Path, default=REPO / "results")
     _add_search(
         sub.add_parser("search", help="find the best layout and flags on a box: launch each candidate once, measure, report")
@@ -99,9 +109,9 @@ def _add_search(search: argparse.ArgumentParser) -> None:
     Workload.add_cli_args(search, default_levels=SEARCH_LEVELS)
 
 
-def _slo(text: str) -> objectives.Bound:
+def _slo(text: str) -> slo.Bound:
     try:
-        return objectives.parse_slo(text)
+        return slo.parse_slo(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -217,13 +227,20 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
             record["server"] = {"url": url, "sglang_version": info.get("version"), "server_args": info}
             layout = layout or _layout_from_info(info)
             print(f"benchmarking {url} ({layout}), {loads}", flush=True)
-            sweep = _repeated(
-                workload, url=url, inventory=args.inventory, loadgen=args.loadgen, api_key=key, prompts_file=prompts_file
+            sweep = _measure(
+                workload,
+                args.slo,
+                url=url,
+                inventory=args.inventory,
+                loadgen=args.loadgen,
+                api_key=key,
+                prompts_file=prompts_file,
             )
         else:
             print(f"benchmarking the active layout of {args.server_host}, {loads}", flush=True)
-            sweep = _repeated(
+            sweep = _measure(
                 workload,
+                args.slo,
                 server_host=args.server_host,
                 inventory=args.inventory,
                 loadgen=args.loadgen,
@@ -238,10 +255,31 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
         print(f"error: {exc}\nrecorded as failed: {path}", file=sys.stderr)
         return 2
     record.update(status=sweep.status, error=sweep.error, levels=sweep.levels, finished=results.utc_stamp())
+    if args.slo:
+        capacity = capacity_sentence(sweep.levels, args.slo)
+        bounds = [vars(bound) for bound in args.slo]
+        record["slo"] = {"bounds": bounds, "bracket": list(slo.bracket(sweep.levels, args.slo)), "capacity": capacity}
     path = results.save_record(record, args.results_dir, host or sweep.server.get("host", "unknown"), layout or "unknown")
     print(report.level_table(sweep.levels) if sweep.levels else "no level ran")
+    if args.slo:
+        print(record["slo"]["capacity"])
     print(f"{sweep.status}{': ' + sweep.error if sweep.error else ''}\nsaved {path}")
     return 0 if sweep.status == "complete" else 1
+
+
+def _measure(workload: Workload, bounds: list[slo.Bound], **where: Any) -> SweepResult:
+    """The sweep as asked, or with --slo the levels up to the SLO and the bisection of its capacity."""
+    if not bounds:
+        return _repeated(workload, **where)
+    done = measure_levels(
+        workload,
+        lambda one: run_sweep(one, **where, progress=lambda _: None),
+        bounds=bounds,
+        note=lambda line: print(f"  {line}"),
+    )
+    error = "" if done.status == "complete" else done.stopped
+    status = "complete" if done.status == "complete" and done.levels else done.status
+    return SweepResult(status=status, levels=done.levels, server=done.server, error=error, locust_s=done.locust_s)
 
 
 def _repeated(workload: Workload, **where: Any) -> SweepResult:

@@ -276,8 +276,14 @@ class Workload:
         return {"target_rate": rate, "burstiness": self.burstiness, "max_concurrency": self.max_concurrency}
 
     def at_levels(self, levels: list[int]) -> Workload:
-        """The same workload over other levels (the search measures one level at a time)."""
+        """The same workload over other concurrencies (closed loop)."""
         return type(self)(**{**vars(self), "levels": list(levels), "goodput": dict(self.goodput), "request_rates": []})
+
+    def at_load(self, load: float) -> Workload:
+        """The same workload at one level: a request rate in open loop, else a concurrency."""
+        if self.open_loop:
+            return type(self)(**{**vars(self), "goodput": dict(self.goodput), "request_rates": [float(load)]})
+        return self.at_levels([int(load)])
 
     def extravars(self) -> dict[str, Any]:
         keys = self.level_keys()

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import repeats, results
+from benchmarks import results, slo
+from benchmarks.capacity import measure_levels
 from benchmarks.search import manifest, objectives, playbooks
 from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
@@ -30,7 +31,7 @@ class SearchOptions:
     layouts: list[str] | None = None  # None: every declared layout
     grid: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     objective: str = "peak"
-    slo: list[objectives.Bound] = field(default_factory=list)
+    slo: list[slo.Bound] = field(default_factory=list)
     knee: float = 0.05
     clear_margin: float = 0.05
     max_probes: int = 4  # extra levels to narrow the SLO capacity between the two that bracket it
@@ -274,8 +275,6 @@ def _measure(
 ) -> str:
     """Every level on this one launch, lowest first, until the knee or the SLO; one run record for the candidate."""
     workload = options.workload
-    levels: list[dict[str, Any]] = []
-    server: dict[str, Any] = {}
     record: dict[str, Any] = {
         "kind": "sglang-benchmark-run",
         "started": results.utc_stamp(),
@@ -284,62 +283,29 @@ def _measure(
         "endpoint": "",
         "server_host": options.server_host,
     }
-    stopped, status, locust_s = "", "complete", 0.0
-    planned = sorted(workload.levels)
-    probes = 0
-    while True:
-        if planned:
-            concurrency = planned.pop(0)
-        elif status == "complete" and probes < options.max_probes and levels and objectives.usable(levels[-1]):
-            # The SLO broke between two levels: bisect the bracket on this same launch.
-            probe = objectives.next_probe(levels, options.slo, resolution=options.resolution)
-            if probe is None:
-                break
-            concurrency, probes = probe, probes + 1
-        else:
-            break
-        note(f"  {candidate.name}: level C={concurrency}" + (" (narrowing the SLO capacity)" if probes and not planned else ""))
-        sweeps = []
-        for _ in range(workload.repeats):  # --repeats: the level again on the same launch, then merged
-            sweeps.append(
-                run_sweep(
-                    workload.at_levels([concurrency]),
-                    server_host=options.server_host,
-                    inventory=options.inventory,
-                    loadgen=options.loadgen,
-                    api_key=options.api_key,
-                    progress=lambda _: None,
-                )
-            )
-            if sweeps[-1].status == "interrupted" or not sweeps[-1].levels:
-                break
-        sweep = sweeps[-1]
-        server = sweep.server or server
-        locust_s += sum(done.locust_s for done in sweeps)
-        if sweep.status == "interrupted":
-            levels.extend(sweep.levels)
-            status = "interrupted"
-            break
-        if not sweep.levels:
-            status, stopped = "failed", f"C={concurrency}: {sweep.error or 'no records'}"
-            break
-        levels.append(repeats.merge([done.levels[0] for done in sweeps]) if len(sweeps) > 1 else sweep.levels[0])
-        if probes:
-            continue
-        stopped = objectives.stop_reason(levels, knee=options.knee, slo=options.slo)
-        if stopped:
-            planned = []
-            if "SLO" not in stopped:
-                break
-    levels.sort(key=lambda level: level["concurrency"])
-    if status == "complete" and any(level.get("status") != "ok" for level in levels):
-        status = "partial" if any(objectives.usable(level) for level in levels) else "failed"
-    usable = any(objectives.usable(level) for level in levels)
+    measured = measure_levels(
+        workload,
+        lambda one: run_sweep(
+            one,
+            server_host=options.server_host,
+            inventory=options.inventory,
+            loadgen=options.loadgen,
+            api_key=options.api_key,
+            progress=lambda _: None,
+        ),
+        bounds=options.slo,
+        knee=options.knee,
+        max_probes=options.max_probes,
+        resolution=options.resolution,
+        note=lambda line: note(f"  {candidate.name}: {line}"),
+    )
+    levels, status, stopped, locust_s = measured.levels, measured.status, measured.stopped, measured.locust_s
+    usable = any(slo.usable(level) for level in levels)
     record.update(
         status=status,
         error="" if usable else stopped,
         levels=levels,
-        server=server,
+        server=measured.server,
         finished=results.utc_stamp(),
         search={
             "id": identifier,
@@ -372,7 +338,7 @@ def _measure(
 
 def _curve(levels: list[dict[str, Any]]) -> list[list[float]]:
     """(C, aggregate tok/s, tok/s per request p50) per usable level: what the plots draw."""
-    return [[lv["concurrency"], lv["aggregate_tok_s"], lv["decode_tok_s"]["p50"]] for lv in levels if objectives.usable(lv)]
+    return [[lv["concurrency"], lv["aggregate_tok_s"], lv["decode_tok_s"]["p50"]] for lv in levels if slo.usable(lv)]
 
 
 def _winners(state: dict[str, Any], options: SearchOptions) -> dict[str, Any]:

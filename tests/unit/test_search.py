@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from benchmarks import slo
 from benchmarks.search import manifest, objectives
 from benchmarks.search import report as search_report
 from sglang_layout.candidates import candidate_name, declaration_hash, expand, parse_grid
@@ -101,45 +102,45 @@ def test_the_declaration_hash_follows_what_decides_the_server():
 
 
 def test_levels_stop_at_the_knee():
-    assert objectives.stop_reason([level(1, 60), level(16, 900)], knee=0.05, slo=[]) == ""
-    reason = objectives.stop_reason([level(1, 60), level(16, 900), level(64, 930)], knee=0.05, slo=[])
+    assert slo.stop_reason([level(1, 60), level(16, 900)], knee=0.05, slo=[]) == ""
+    reason = slo.stop_reason([level(1, 60), level(16, 900), level(64, 930)], knee=0.05, slo=[])
     assert reason == "knee: C=64 gained +3.3% over C=16"
-    assert objectives.stop_reason([level(16, 900), level(64, 930)], knee=0.0, slo=[]) == ""
+    assert slo.stop_reason([level(16, 900), level(64, 930)], knee=0.0, slo=[]) == ""
 
 
 def test_levels_stop_when_the_slo_breaks_or_a_level_fails():
-    slo = [objectives.parse_slo("tpot_p99=50")]
-    assert objectives.stop_reason([level(16, 900, tpot_p99=49.0)], knee=0.05, slo=slo) == ""
-    assert "broke the SLO (tpot_p99)" in objectives.stop_reason([level(64, 2000, tpot_p99=51.0)], knee=0.05, slo=slo)
-    assert objectives.stop_reason([level(64, 0, status="failed", completed=0)], knee=0.05, slo=[]) == "C=64 failed"
+    bounds = [slo.parse_slo("tpot_p99=50")]
+    assert slo.stop_reason([level(16, 900, tpot_p99=49.0)], knee=0.05, slo=bounds) == ""
+    assert "broke the SLO (tpot_p99)" in slo.stop_reason([level(64, 2000, tpot_p99=51.0)], knee=0.05, slo=bounds)
+    assert slo.stop_reason([level(64, 0, status="failed", completed=0)], knee=0.05, slo=[]) == "C=64 failed"
 
 
 @pytest.mark.parametrize("text", ["tpot=50", "tpot_p99", "latency_p99=5", "tpot_p98=5", "tpot_p99=-1"])
 def test_bad_slo_bounds_are_refused(text):
     with pytest.raises(ValueError, match="METRIC_STAT=MS"):
-        objectives.parse_slo(text)
+        slo.parse_slo(text)
 
 
 def test_the_slo_capacity_is_narrowed_by_bisection_between_the_levels_that_bracket_it():
-    slo = [objectives.parse_slo("tpot_p99=50")]
+    bounds = [slo.parse_slo("tpot_p99=50")]
 
     def measured(*pairs):  # (C, TPOT p99)
         return [level(c, 10.0 * c, tpot_p99=t) for c, t in pairs]
 
-    assert objectives.next_probe(measured((1, 10), (16, 40), (64, 80)), slo, resolution=0.1) == 40
-    assert objectives.next_probe(measured((1, 10), (16, 40), (40, 45), (64, 80)), slo, resolution=0.1) == 52
-    assert objectives.bracket(measured((1, 10), (16, 40), (40, 45), (52, 60), (64, 80)), slo) == (40, 52)
-    assert objectives.next_probe(measured((16, 40), (40, 45), (44, 60), (52, 60)), slo, resolution=0.1) is None  # 4 <= 10% of 40
-    assert objectives.next_probe(measured((1, 10), (16, 40)), slo, resolution=0.1) is None  # never broke
-    assert objectives.next_probe(measured((1, 60), (16, 70)), slo, resolution=0.1) is None  # never held
-    assert objectives.next_probe(measured((1, 10), (2, 60)), slo, resolution=0.1) is None  # nothing between 1 and 2
-    assert objectives.next_probe(measured((1, 10), (64, 80)), [], resolution=0.1) is None
+    assert slo.next_probe(measured((1, 10), (16, 40), (64, 80)), bounds, resolution=0.1) == 40
+    assert slo.next_probe(measured((1, 10), (16, 40), (40, 45), (64, 80)), bounds, resolution=0.1) == 52
+    assert slo.bracket(measured((1, 10), (16, 40), (40, 45), (52, 60), (64, 80)), bounds) == (40, 52)
+    assert slo.next_probe(measured((16, 40), (40, 45), (44, 60), (52, 60)), bounds, resolution=0.1) is None  # 4 <= 10% of 40
+    assert slo.next_probe(measured((1, 10), (16, 40)), bounds, resolution=0.1) is None  # never broke
+    assert slo.next_probe(measured((1, 60), (16, 70)), bounds, resolution=0.1) is None  # never held
+    assert slo.next_probe(measured((1, 10), (2, 60)), bounds, resolution=0.1) is None  # nothing between 1 and 2
+    assert slo.next_probe(measured((1, 10), (64, 80)), [], resolution=0.1) is None
 
 
 def test_scores_per_objective():
-    slo = [objectives.parse_slo("tpot_p99=50")]
+    bounds = [slo.parse_slo("tpot_p99=50")]
     levels = [level(1, 65, per_request=65.0, tpot_p99=16), level(16, 900, tpot_p99=40), level(64, 960, tpot_p99=70)]
-    assert objectives.scores(levels, slo) == {
+    assert objectives.scores(levels, bounds) == {
         "c1": 65.0,
         "peak": 960,
         "peak_c": 64,
@@ -153,7 +154,7 @@ def test_scores_per_objective():
     }
     levels[1]["goodput"] = {"good_tok_s": 850.0}
     levels[2]["goodput"] = {"good_tok_s": 300.0}  # more load, fewer requests within the bounds
-    assert objectives.scores(levels, slo)["goodput"] == 850.0 and objectives.scores(levels, slo)["goodput_c"] == 16
+    assert objectives.scores(levels, bounds)["goodput"] == 850.0 and objectives.scores(levels, bounds)["goodput_c"] == 16
     assert objectives.scores(levels[1:], [])["c1"] is None
 
 
@@ -274,3 +275,18 @@ def test_the_report_names_winners_refusals_and_what_was_saved(tmp_path):
     outputs = search_report.write(_state(), tmp_path / "abc.json", entries)
     assert outputs["plot"].read_bytes()[:4] == b"\x89PNG"
     assert "![curves](abc.png)" in outputs["markdown"].read_text()
+
+
+def test_request_rates_are_bisected_too():
+    bounds = [slo.parse_slo("ttft_p99=200")]
+
+    def at_rate(rate, ttft_p99):
+        arrival = {"target_rate": rate, "burstiness": 1.0, "max_concurrency": 0}
+        return {**level(None, 10.0 * rate), "arrival": arrival, "ttft_ms": {"p99": ttft_p99}}
+
+    levels = [at_rate(1.0, 50), at_rate(4.0, 120), at_rate(16.0, 900)]
+    assert slo.bracket(levels, bounds) == (4.0, 16.0)
+    assert slo.next_probe(levels, bounds, resolution=0.1) == 10.0
+    assert slo.next_probe([*levels, at_rate(4.2, 150)], bounds, resolution=0.1) == 10.1
+    assert slo.next_probe([at_rate(4.0, 120), at_rate(4.3, 900)], bounds, resolution=0.1) is None  # within 10% of 4
+    assert "R=16/s broke the SLO (ttft_p99)" in slo.stop_reason(levels, knee=0.0, slo=bounds)
