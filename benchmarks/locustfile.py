@@ -121,6 +121,7 @@ class Level:
         self.written = False
         self.workers_done = 0  # on the master of --processes N: workers whose measured share is done
         self.measured_share = 0  # measured requests this process sends (its part of the level's)
+        self.reported_done = False  # a worker of --processes N has told the master its share is done
         self.scheduling = False  # open loop: this process's scheduler has started
         self.start_at: float | None = None  # open loop with --processes N: the schedule's zero, from the master
         # This process's CPU and wall clocks at its first request: how busy the load generator itself was.
@@ -321,6 +322,8 @@ class StreamingUser(FastHttpUser):
         processes, slot = process_slot(self.environment)
         warmup = share(options.bench_warmup if options.bench_warmup >= 0 else users, processes, slot)
         LEVEL.measured_share = share(options.bench_requests, processes, slot)
+        if LEVEL.measured_share == 0:  # more processes than measured requests: this one has none to wait for
+            self.share_done()
         index = LEVEL.sent
         LEVEL.sent += 1
         record = self.send(index, LEVEL.phase(index, warmup, LEVEL.measured_share), users, None)
@@ -336,6 +339,8 @@ class StreamingUser(FastHttpUser):
         processes, slot = process_slot(self.environment)
         warmup, measured = max(options.bench_warmup, 0), options.bench_requests  # level-wide, global indices
         LEVEL.measured_share = sum(1 for i in range(warmup, warmup + measured) if i % processes == slot)
+        if LEVEL.measured_share == 0:  # more processes than measured requests: this one has none to wait for
+            self.share_done()
         if processes > 1:  # every process starts the same schedule at the master's zero (one clock: one machine)
             deadline = time.monotonic() + 10
             while LEVEL.start_at is None and time.monotonic() < deadline:
@@ -427,13 +432,17 @@ class StreamingUser(FastHttpUser):
             return
         LEVEL.measured_done += 1
         if LEVEL.measured_done == LEVEL.measured_share:
-            runner = self.environment.runner
-            if isinstance(runner, WorkerRunner):
-                _, slot = process_slot(self.environment)
-                runner.send_message("bench_done", slot)  # keep loading until the master says quit
-            elif not LEVEL.stopping:
-                LEVEL.stopping = True
-                gevent.spawn(runner.quit)
+            self.share_done()
+
+    def share_done(self) -> None:
+        runner = self.environment.runner
+        if isinstance(runner, WorkerRunner):
+            if not LEVEL.reported_done:
+                LEVEL.reported_done = True
+                runner.send_message("bench_done", process_slot(self.environment)[1])  # load on until the master quits
+        elif not LEVEL.stopping:
+            LEVEL.stopping = True
+            gevent.spawn(runner.quit)
 
 
 def sample_metrics(environment: Environment) -> None:

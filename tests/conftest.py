@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -31,6 +34,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.box)
         elif integration in item.path.parents:
             item.add_marker(pytest.mark.servers)
+
+
+@pytest.fixture(scope="session")
+def locustfile() -> ModuleType:
+    """benchmarks/locustfile.py, for its pure functions, imported without gevent's monkey patching: Locust
+    patches the whole process when imported, which would change subprocess and signal handling for every
+    later test in the session (os.wait4 then finds its children already reaped)."""
+    previous = os.environ.get("LOCUST_SKIP_MONKEY_PATCH")
+    os.environ["LOCUST_SKIP_MONKEY_PATCH"] = "1"
+    try:
+        return importlib.import_module("benchmarks.locustfile")
+    finally:  # the Locust processes tests start must patch as usual
+        if previous is None:
+            del os.environ["LOCUST_SKIP_MONKEY_PATCH"]
+        else:
+            os.environ["LOCUST_SKIP_MONKEY_PATCH"] = previous
 
 
 @pytest.fixture(scope="session")

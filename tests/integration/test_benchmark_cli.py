@@ -182,6 +182,34 @@ def test_chat_deltas_of_several_tokens_give_per_token_itl(tmp_path, continuous_u
         assert level["stream_count_mismatches"] == 0 and level["output_tokens"] == 30 * level["completed"]
 
 
+@pytest.mark.parametrize("tokens_per_delta", [1, 3])
+@pytest.mark.parametrize("endpoint", ["chat", "generate"])
+def test_both_endpoints_hold_the_clock_to_1_percent_at_c_1_16_64(tmp_path, endpoint, tokens_per_delta):
+    """Per-request decode rate and per-token ITL against a 10 ms clock, whether chunks carry 1 token or 3.
+
+    The clock is kept on average (absolute deadlines), but each of the stand-in's wake-ups lands up to a
+    millisecond late (the event loop's timer granularity), so its own gap median sits ~2-4% above 10 ms
+    at C=1 while the mean holds. Measured: decode p50 within 1% everywhere; ITL mean within 0.4% at C=1
+    and 16 and ~1.1% at C=64 (both processes share this 2-core machine at 6,400 tok/s); ITL p50
+    10.2-10.4 ms at C=1 (the stand-in's jitter), 10.0 at C=64.
+    """
+    simulation = {"load_seconds": 0.1, "itl_ms": {"default": 10.0}, "stream_interval": tokens_per_delta}
+    with serving_locally(tmp_path, **simulation) as url:
+        done = bench(
+            *("run", "--url", url, "--endpoint", endpoint, "--levels", "1,16,64", "--metrics-interval", "0"),
+            *("--output-tokens", "30", "--input-tokens", "8", "--min-requests", "16", "--rounds", "2"),
+            *("--level-timeout", "120", "--results-dir", str(tmp_path / "r")),
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = stored(tmp_path / "r")
+    assert [level["concurrency"] for level in run["levels"]] == [1, 16, 64]
+    for level in run["levels"]:
+        assert level["decode_tok_s"]["p50"] == pytest.approx(100.0, rel=0.01), (level["concurrency"], level["decode_tok_s"])
+        assert level["itl_ms"]["mean"] == pytest.approx(10.0, rel=0.02), (level["concurrency"], level["itl_ms"])
+        assert level["itl_ms"]["p50"] == pytest.approx(10.0, rel=0.05), (level["concurrency"], level["itl_ms"])
+        assert level["aggregate_tok_s"] <= 100.0 * level["concurrency"] * 1.01
+
+
 def test_goodput_against_the_stand_ins_clock(tmp_path):
     """10 ms a token after a 20 ms prefill: TPOT <= 12 holds for every request, TTFT <= 5 for none."""
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:

@@ -32,7 +32,8 @@ def test_a_json_lines_dataset_is_sent_with_its_output_lengths(tmp_path):
         done = benchmarks("run", "--url", url, "--levels", "2", "--dataset", str(data), *FAST, *results)
         assert done.returncode == 0, done.stdout + done.stderr
         prompts = seen_prompts(url)
-    assert sorted(set(prompts)) == [f"question number {i}" for i in range(3)] and len(prompts) == 6
+    # 6 measured, and at C=2 perhaps one more sent while the last measured one finished.
+    assert sorted(set(prompts)) == [f"question number {i}" for i in range(3)] and len(prompts) in (6, 7)
     level = stored_level(tmp_path / "r")
     # Every output length from the file, each asked and delivered (no length mismatch).
     assert level["length_mismatches"] == 0 and level["output_len"]["mean"] == 6.0 and level["completed"] == 6

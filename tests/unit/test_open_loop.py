@@ -8,24 +8,23 @@ import numpy as np
 import pytest
 
 from benchmarks import cli, repeats, report
-from benchmarks.locustfile import arrival_gaps
 from benchmarks.metrics import arrival_figures, level_metrics
 from benchmarks.records import RequestRecord
 from benchmarks.workload import Workload, level_id, level_name, parse_rates
 
 
 @pytest.mark.parametrize("burstiness", [0.5, 1.0, 4.0])
-def test_the_gaps_are_gamma_with_the_rates_mean_and_the_burstiness_cv(burstiness):
-    gaps = np.fromiter(itertools.islice(arrival_gaps(3, 20.0, burstiness), 40_000), float)
+def test_the_gaps_are_gamma_with_the_rates_mean_and_the_burstiness_cv(locustfile, burstiness):
+    gaps = np.fromiter(itertools.islice(locustfile.arrival_gaps(3, 20.0, burstiness), 40_000), float)
     assert gaps.mean() == pytest.approx(1 / 20.0, rel=0.02)
     # A gamma of shape k has CV 1/sqrt(k): 1 is Poisson, above 1 steadier, below 1 burstier.
     assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(burstiness), abs=0.03)
 
 
-def test_the_schedule_is_the_seeds():
-    first = list(itertools.islice(arrival_gaps(7, 5.0, 1.0), 50))
-    assert first == list(itertools.islice(arrival_gaps(7, 5.0, 1.0), 50))
-    assert first != list(itertools.islice(arrival_gaps(8, 5.0, 1.0), 50))
+def test_the_schedule_is_the_seeds(locustfile):
+    first = list(itertools.islice(locustfile.arrival_gaps(7, 5.0, 1.0), 50))
+    assert first == list(itertools.islice(locustfile.arrival_gaps(7, 5.0, 1.0), 50))
+    assert first != list(itertools.islice(locustfile.arrival_gaps(8, 5.0, 1.0), 50))
 
 
 def test_an_open_loop_workload_counts_in_seconds_of_arrivals():

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import cli, dataset, locustfile
+from benchmarks import cli, dataset
 from benchmarks.workload import Workload
 
 
@@ -78,17 +78,17 @@ def options(**overrides) -> SimpleNamespace:
     return SimpleNamespace(**{**base, **overrides})
 
 
-def sent(opts, index) -> tuple[dict, int]:
+def sent(locustfile, opts, index) -> tuple[dict, int]:
     _, body, n_out = locustfile.request_body(opts, index)
     return json.loads(body), n_out
 
 
-def test_dataset_prompts_go_in_a_seeded_order_with_their_lengths(tmp_path, monkeypatch):
+def test_dataset_prompts_go_in_a_seeded_order_with_their_lengths(locustfile, tmp_path, monkeypatch):
     monkeypatch.setattr(locustfile, "PROMPTS", [])
     prompts = [dataset.Prompt(f"prompt {i}", i + 1 if i % 2 else None) for i in range(6)]
     path = dataset.write_prompts(prompts, tmp_path / "p.jsonl")
     opts = options(bench_prompts=str(path), bench_seed=3)
-    first = [sent(opts, i) for i in range(12)]
+    first = [sent(locustfile, opts, i) for i in range(12)]
     texts = [body["messages"][0]["content"] for body, _ in first]
     assert sorted(texts[:6]) == [f"prompt {i}" for i in range(6)] and texts[6:] == texts[:6]  # each once, then again
     assert texts[:6] != [f"prompt {i}" for i in range(6)]  # shuffled by the seed
@@ -97,16 +97,16 @@ def test_dataset_prompts_go_in_a_seeded_order_with_their_lengths(tmp_path, monke
         assert n_out == body["max_tokens"] == (index + 1 if index % 2 else 16)
     monkeypatch.setattr(locustfile, "PROMPTS", [])
     generate = options(bench_prompts=str(path), bench_seed=3, bench_endpoint="generate")
-    body, _ = sent(generate, 0)
+    body, _ = sent(locustfile, generate, 0)
     assert body["text"] == texts[0] and "input_ids" not in body
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "generate"])
-def test_shared_prefixes_repeat_per_group_and_differ_between_groups(endpoint):
+def test_shared_prefixes_repeat_per_group_and_differ_between_groups(locustfile, endpoint):
     opts = options(bench_endpoint=endpoint, bench_prefix_groups=3, bench_prefix_tokens=20)
 
     def prompt(index):
-        body, _ = sent(opts, index)
+        body, _ = sent(locustfile, opts, index)
         return body["messages"][0]["content"].split() if endpoint == "chat" else body["input_ids"]
 
     prompts = [prompt(i) for i in range(6)]
