@@ -13,7 +13,8 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import diagnosis, flags, gpus, secrets
+from sglang_layout import diagnosis, flags, gpus, router, secrets
+from sglang_layout.errors import DeclarationError
 
 
 def sglang_gpu_record(query_output: str) -> dict[str, Any]:
@@ -51,6 +52,14 @@ def sglang_secrets_config(values: dict[str, Any]) -> str:
         raise AnsibleFilterError(f"sglang_secrets_config: {exc}") from exc
 
 
+def sglang_router_unit(settings: dict[str, Any]) -> dict[str, Any]:
+    """The router's settings -> its unit (name, ExecStart, sandbox lines), or a message naming the field."""
+    try:
+        return router.router_unit(**settings)
+    except (DeclarationError, TypeError) as exc:
+        raise AnsibleFilterError(f"sglang_router_unit: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -59,4 +68,5 @@ class FilterModule:
             "sglang_diagnose": sglang_diagnose,
             "sglang_secret_problems": sglang_secret_problems,
             "sglang_secrets_config": sglang_secrets_config,
+            "sglang_router_unit": sglang_router_unit,
         }

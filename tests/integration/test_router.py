@@ -1,0 +1,147 @@
+"""The REAL sglang-router from PyPI (no stand-in), deployed by playbooks/router.yml on a rehearsal box, in
+front of two stand-in replicas: the box's own deployed layout and a second server on loopback (the box
+shares the host's network, so the router reaches both)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+
+from tests.rehearsal import box as boxes
+from tests.rehearsal.standin import BOX_WHEELHOUSE, local_server, wait_http
+
+UNIT = "sglang-router-k26.service"
+
+
+def arrivals(url: str) -> int:
+    with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
+        return len(json.loads(answer.read())["arrivals"])
+
+
+def generate(router: str, tokens: int = 4) -> int:
+    """A streamed generation through the router: its HTTP status, or 0 when the stream broke off short
+    (a stream cut mid-way cannot be retried elsewhere, so this is what a careless swap loses)."""
+    body = {"text": "hello there", "stream": True, "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}}
+    headers = {"Content-Type": "application/json"}
+    request = urllib.request.Request(router + "/generate", data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            done = 0
+            for line in answer:
+                if line.startswith(b"data: {"):
+                    done = json.loads(line[6:])["meta_info"]["completion_tokens"]
+            return answer.status if done == tokens else 0
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, ValueError):
+        return 0
+
+
+def test_the_real_router_spreads_round_robin_and_routes_around_a_dead_replica(provisioned, tmp_path):
+    box = provisioned.box
+    assert provisioned.playbook("deploy.yml", "-e", "layout=ep8").returncode == 0
+    port = boxes.free_port()
+    router, replica = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{provisioned.port}"
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, other, _):
+        assert wait_http(other + "/health_generate", 20, process) == 200
+        settings = {
+            "sglang_router_port": port,
+            "sglang_router_policy": "round_robin",
+            "sglang_router_worker_urls": [other],  # besides the inventory's sglang_servers: the box itself
+            "sglang_router_find_links": [BOX_WHEELHOUSE],
+            "sglang_router_no_index": True,
+        }
+        try:
+            first = provisioned.playbook("playbooks/router.yml", "-e", f"router_hosts={box.name}", extra_vars=settings)
+            assert first.returncode == 0, first.output[-3000:]
+            again = provisioned.playbook("playbooks/router.yml", "-e", f"router_hosts={box.name}", extra_vars=settings)
+            assert again.returncode == 0 and again.changed(box.name) == 0, again.output[-3000:]
+            unit = box.run("systemctl", "cat", UNIT).stdout
+            assert f"--worker-urls {replica} {other}" in unit and "DynamicUser=yes" in unit and "PrivateDevices=yes" in unit
+
+            before = (arrivals(replica), arrivals(other))
+            assert [generate(router) for _ in range(20)] == [200] * 20
+            spread = (arrivals(replica) - before[0], arrivals(other) - before[1])
+            assert spread == (10, 10), spread  # round robin: every other request to each replica
+
+            process.kill()  # one replica dies: the router retries elsewhere and then routes around it
+            process.wait()
+            before = arrivals(replica)
+            assert [generate(router) for _ in range(10)] == [200] * 10
+            assert arrivals(replica) - before == 10
+        finally:
+            box.run("sudo", "systemctl", "disable", "--now", UNIT, check=False)
+
+
+def test_bad_router_settings_are_refused_before_the_host_changes(provisioned):
+    box = provisioned.box
+
+    def unit_file() -> str:  # its content, or the error of its absence: either way it must not change
+        done = box.run("cat", f"/etc/systemd/system/{UNIT}", check=False)
+        return done.stdout + done.stderr
+
+    before = unit_file()
+    bad = provisioned.playbook(
+        "playbooks/router.yml",
+        "-e",
+        f"router_hosts={box.name}",
+        extra_vars={"sglang_router_worker_urls": ["http://10.0.0.7:30001 --api-key x"]},
+    )
+    assert bad.returncode != 0 and "must be a base URL http://HOST:PORT" in bad.output
+    unknown = provisioned.playbook(
+        "playbooks/router.yml", "-e", f"router_hosts={box.name}", extra_vars={"sglang_router_workers": ["nowhere"]}
+    )
+    assert unknown.returncode != 0 and "names nowhere, which have no sglang_port" in unknown.output
+    assert unit_file() == before
+
+
+def test_a_rolling_swap_behind_the_router_loses_no_request(provisioned, declared_vars, tmp_path):
+    """ep8 -> tp8 on the box, one replica at a time, while four clients keep sending through the router."""
+    box = provisioned.box
+    # With /metrics the drain waits exactly until the replica has nothing running or queued.
+    metrics = {"sglang_common_args": {**declared_vars["sglang_common_args"], "enable-metrics": True}}
+    assert provisioned.playbook("deploy.yml", "-e", "layout=ep8", extra_vars=metrics).returncode == 0
+    port = boxes.free_port()
+    router = f"http://127.0.0.1:{port}"
+    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, other, _):
+        assert wait_http(other + "/health_generate", 20, process) == 200
+        settings = {
+            **metrics,
+            "sglang_router_port": port,
+            "sglang_router_policy": "round_robin",
+            "sglang_router_worker_urls": [other],
+            "sglang_router_find_links": [BOX_WHEELHOUSE],
+            "sglang_router_no_index": True,
+        }
+        try:
+            placed = provisioned.playbook("playbooks/router.yml", "-e", f"router_hosts={box.name}", extra_vars=settings)
+            assert placed.returncode == 0, placed.output[-3000:]
+            statuses: list[int] = []
+            stop = threading.Event()
+
+            def client() -> None:
+                while not stop.is_set() and len(statuses) < 5000:
+                    statuses.append(generate(router, tokens=32))
+
+            clients = [threading.Thread(target=client) for _ in range(4)]
+            for thread in clients:
+                thread.start()
+            try:
+                rolled = provisioned.playbook(
+                    "playbooks/rolling_deploy.yml", "-e", "layout=tp8", "-e", f"router_host={box.name}", extra_vars=settings
+                )
+            finally:
+                stop.set()
+                for thread in clients:
+                    thread.join(timeout=60)
+            assert rolled.returncode == 0, rolled.output[-4000:]
+            assert "Leave | Take the replica out of the router" in rolled.stdout
+            assert "Join | Wait until the router routes to it" in rolled.stdout
+            assert len(statuses) > 20 and set(statuses) == {200}, sorted(set(statuses))
+            assert box.run("systemctl", "is-active", "sglang-k26-tp8.service", check=False).stdout.strip() == "active"
+            with urllib.request.urlopen(router + "/workers", timeout=10) as answer:
+                workers = json.loads(answer.read())["workers"]
+            assert sorted(w["url"] for w in workers if w["is_healthy"]) == sorted([f"http://127.0.0.1:{provisioned.port}", other])
+        finally:
+            box.run("sudo", "systemctl", "disable", "--now", UNIT, check=False)
