@@ -9,6 +9,7 @@ import threading
 import urllib.request
 
 from tests.rehearsal import box as boxes
+from tests.rehearsal.bench import benchmarks
 from tests.rehearsal.standin import BOX_WHEELHOUSE, local_server, wait_http
 
 UNIT = "sglang-router-k26.service"
@@ -64,6 +65,16 @@ def test_the_real_router_spreads_round_robin_and_routes_around_a_dead_replica(pr
             assert [generate(router) for _ in range(20)] == [200] * 20
             spread = (arrivals(replica) - before[0], arrivals(other) - before[1])
             assert spread == (10, 10), spread  # round robin: every other request to each replica
+
+            # The benchmark measures through the router like through any server.
+            results = tmp_path / "results"
+            done = benchmarks(
+                *("run", "--url", router, "--levels", "4", "--output-tokens", "8", "--min-requests", "8", "--rounds", "1"),
+                *("--layout", "2-replicas", "--metrics-interval", "0", "--results-dir", str(results)),
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            (path,) = results.rglob("*.json")
+            assert json.loads(path.read_text())["levels"][0]["completed"] == 8
 
             process.kill()  # one replica dies: the router retries elsewhere and then routes around it
             process.wait()
