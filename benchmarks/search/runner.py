@@ -114,9 +114,10 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     _validate(entries, declaration)
     shared = {key: declaration.get(key) for key in playbooks.SHARED_KEYS}
     digests = {c.name: declaration_hash(c.entry, shared) for c in candidates}
-    # The search measures closed-loop levels only: the open-loop fields stay out, which also keeps the
-    # ids (and so the resumability) of searches begun before open loop existed.
-    workload_dict = {k: v for k, v in vars(workload).items() if k not in ("request_rates", "burstiness", "max_concurrency")}
+    # Fields added after searches were first stored count only when set: the ids (and so the resumability)
+    # of searches begun before them stay the same. The search refuses open loop, so those never are.
+    later = {"request_rates": [], "burstiness": 1.0, "max_concurrency": 0, "dataset": "", "prefix_groups": 0, "prefix_tokens": 0}
+    workload_dict = {k: v for k, v in vars(workload).items() if k not in later or v != later[k]}
     # What decides which levels a candidate gets measured at is part of the search's identity too.
     plan = {
         **workload_dict,
