@@ -6,6 +6,7 @@ import json
 import shlex
 from collections.abc import Mapping
 
+from sglang_layout.nodes import NodePlace
 from sglang_layout.schema import ArgValue, Layout
 
 # Spellings of the first-class fields; checked against the installed --help like any other flag.
@@ -31,8 +32,10 @@ SECRETS_CREDENTIAL = "sglang-secrets.yaml"
 SECRETS_FILE_IN_UNIT = f"%d/{SECRETS_CREDENTIAL}"
 
 
-def server_args(layout: Layout, *, model_path: str, port: int, host: str, secrets_file: str | None = None) -> list[str]:
-    """Flags after `python -m sglang.launch_server`, in the field notes' order.
+def server_args(
+    layout: Layout, *, model_path: str, port: int, host: str, secrets_file: str | None = None, node: NodePlace | None = None
+) -> list[str]:
+    """Flags after `python -m sglang.launch_server`, in the field notes' order; a node's place after the sizes.
 
     Secrets never appear here: SGLang reads them from the YAML file given with --config
     (its values are merged under the command line's), so they stay out of /proc/PID/cmdline.
@@ -42,6 +45,8 @@ def server_args(layout: Layout, *, model_path: str, port: int, host: str, secret
         size = getattr(layout, field_name)
         if size != 1 or field_name == "tp":
             argv += [flag, str(size)]
+    if node is not None:
+        argv += node.flags()
     for name, value in layout.args.items():
         if value is None or value is False:
             continue  # a layout turns a common switch off with false / null
@@ -58,8 +63,8 @@ def launch_command(python: str, args: list[str]) -> list[str]:
 
 
 def cuda_visible_devices(layout: Layout, first_gpu: int = 0) -> str:
-    """The GPUs a layout uses: the first dp x tp x pp of the host."""
-    return ",".join(str(first_gpu + i) for i in range(layout.gpus_used))
+    """The GPUs a layout uses on each host: the first dp x tp x pp / nnodes."""
+    return ",".join(str(first_gpu + i) for i in range(layout.gpus_per_node))
 
 
 def service_environment(

@@ -9,3 +9,4 @@ BIND_ADDRESS = "127.0.0.1"  # loopback unless the declaration says otherwise
 STATE_DIR = "/var/lib/sglang"  # the service user's home: caches of Triton, FlashInfer, torch
 SERVICE_USER = "sglang"
 CUDA_HOME = "/usr/local/cuda"
+DIST_INIT_PORT = 20000  # where rank 0 of a multi-node layout meets the others (--dist-init-addr RANK0:PORT)

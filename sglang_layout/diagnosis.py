@@ -35,7 +35,8 @@ CAUSES = (
         "port",
         "the port is already in use",
         _patterns(r"address already in use", r"\[Errno 98\]"),
-        "Another process holds the port: find it with `ss -ltnp`, stop it, or change sglang_port.",
+        "Another process holds the port: find it with `ss -ltnp`, stop it, or change sglang_port "
+        "(on rank 0 of a multi-node layout, also sglang_dist_init_port).",
     ),
     Cause(
         "model_missing",
@@ -64,6 +65,24 @@ CAUSES = (
         ),
         "ep must divide tp (MoE TP width = tp // ep // moe_dp >= 1) and dp x tp x pp must not exceed the GPUs: "
         "on 8 GPUs write e.g. tp 8, ep 4.",
+    ),
+    Cause(
+        "rendezvous",
+        "the nodes of a multi-node layout did not all meet at rank 0's --dist-init-addr",
+        _patterns(
+            r"client socket has (timed out|failed to connect)",
+            r"DistNetworkError",
+            r"waiting for clients\. \d+/\d+ clients joined",
+        ),
+        "Every node must start together and reach rank 0 at sglang_node_address:sglang_dist_init_port: check that "
+        "port is open between the nodes, that rank 0 started (its journal), and that the nodes group lists them in order.",
+    ),
+    Cause(
+        "peer_lost",
+        "another node of this multi-node layout went away (this node only saw it leave)",
+        _patterns(r"ncclRemoteError", r"remote process exited or there was a network error", r"Connection closed by remote peer"),
+        "The cause is on the other node: read its diagnosis (every node's journal is read), e.g. an out-of-memory "
+        "or a killed process there; a network between the nodes that drops connections looks the same.",
     ),
     Cause(
         "nccl",

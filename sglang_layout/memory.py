@@ -114,10 +114,12 @@ def check_memory(fit: MemoryFit, layout: Layout, gpu_count: int | None = None) -
     )
     if not fit.fits:
         more = ""
-        if gpu_count and layout.gpus_used < gpu_count:
+        if gpu_count and layout.gpus_per_node < gpu_count:
             tp = parallel.largest_tp(gpu_count, layout)
             ep = f", ep {layout.ep}" if layout.ep > 1 and tp % layout.ep == 0 else ""
-            more = f"on {gpu_count} GPUs write tp {tp}{ep}; or "
+            more = f"on {gpu_count} GPUs{' per host' if layout.nnodes > 1 else ''} write tp {tp}{ep}; or "
+        elif gpu_count:
+            more = "span more hosts (nnodes, nodes); or "
         findings.append(
             Finding.error(
                 "memory",

@@ -22,25 +22,28 @@ def _int_arg(layout: Layout, name: str, default: int) -> int:
 
 
 def largest_tp(gpu_count: int, layout: Layout) -> int:
-    """The widest tp that fits the host with this layout's dp and pp."""
-    return max(1, gpu_count // (layout.dp * layout.pp))
+    """The widest tp that fits the host (each of nnodes hosts) with this layout's dp and pp."""
+    return max(1, gpu_count * layout.nnodes // (layout.dp * layout.pp))
 
 
 def check_gpu_count(layout: Layout, gpu_count: int) -> list[Finding]:
-    used = layout.gpus_used
+    """GPUs per node against the host's GPUs (each node of a multi-node layout is checked with its own count)."""
+    used = layout.gpus_per_node
+    across = f" / nnodes {layout.nnodes}" if layout.nnodes > 1 else ""
     if used > gpu_count:
         return [
             Finding.error(
                 "gpus",
-                f"{layout.name} needs dp {layout.dp} x tp {layout.tp} x pp {layout.pp} = {used} GPUs, the host has {gpu_count}",
-                f"make dp x tp x pp at most {gpu_count}",
+                f"{layout.name} needs dp {layout.dp} x tp {layout.tp} x pp {layout.pp}{across} = {used} GPUs per host, "
+                f"the host has {gpu_count}",
+                f"make dp x tp x pp{across} at most {gpu_count}" + ("" if layout.nnodes > 1 else ", or span more hosts (nnodes)"),
             )
         ]
     if used < gpu_count:
         return [
             Finding.info(
                 "gpus",
-                f"{layout.name} uses {used} of the host's {gpu_count} GPUs (GPUs used = dp x tp x pp; ep adds none)",
+                f"{layout.name} uses {used} of the host's {gpu_count} GPUs (GPUs used = dp x tp x pp{across}; ep adds none)",
                 f"to use all {gpu_count}, write tp {largest_tp(gpu_count, layout)}"
                 + (f", ep {layout.ep}" if layout.ep > 1 else ""),
             )
@@ -141,8 +144,8 @@ def check_moe_runner(layout: Layout) -> list[Finding]:
 
 
 def check_nnodes(layout: Layout) -> list[Finding]:
-    nnodes = _int_arg(layout, "nnodes", 1)
-    if nnodes >= 1 and (layout.tp * layout.pp) % nnodes == 0:
+    nnodes = layout.nnodes
+    if (layout.tp * layout.pp) % nnodes == 0:
         return []
     return [
         Finding.error(

@@ -9,6 +9,7 @@ from typing import Any
 from sglang_layout import command, defaults, flags, memory, parallel, text
 from sglang_layout.findings import Finding
 from sglang_layout.model_size import ModelConfigError, ModelWeights, model_weights
+from sglang_layout.nodes import NodePlace
 from sglang_layout.schema import Layout
 
 
@@ -26,6 +27,7 @@ class Facts:
     host: str = defaults.BIND_ADDRESS
     api_key_set: bool = False
     secrets_file: str | None = None  # where the unit's --config file of secrets is read from
+    dist_init_port: int = defaults.DIST_INIT_PORT
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class Verdict:
             "layout": self.layout.name,
             "ok": self.ok,
             "gpus_used": self.layout.gpus_used,
+            "nnodes": self.layout.nnodes,
+            "gpus_per_node": self.layout.gpus_per_node,
             "moe_tp_width": self.moe_tp_width,
             "tp": self.layout.tp,
             "ep": self.layout.ep,
@@ -93,8 +97,10 @@ def check_layout(layout: Layout, facts: Facts, estimate: tuple[ModelWeights | No
     weights, notes = estimate if estimate is not None else _weights(facts)
     findings: list[Finding] = list(notes) + [Finding.warning("declaration", notice) for notice in layout.notices]
     skipped: list[str] = []
+    # Every node runs this command but its rank; the flags are checked as rank 0's.
+    node = NodePlace(layout.nnodes, 0, f"RANK0-ADDRESS:{facts.dist_init_port}") if layout.nnodes > 1 else None
     argv = command.server_args(
-        layout, model_path=facts.model_path, port=facts.port, host=facts.host, secrets_file=facts.secrets_file
+        layout, model_path=facts.model_path, port=facts.port, host=facts.host, secrets_file=facts.secrets_file, node=node
     )
     findings += check_exposure(layout, facts)
     findings += parallel.check_parallel(layout, facts.gpu_count, weights.routed_experts if weights else None)

@@ -29,7 +29,9 @@ def table_rows(verdicts: Sequence[Verdict]) -> list[tuple[str, ...]]:
                 str(v.layout.ep),
                 str(v.layout.pp),
                 str(v.layout.dp),
-                str(v.layout.gpus_used),
+                str(v.layout.gpus_used)
+                if v.layout.nnodes == 1
+                else f"{v.layout.gpus_used} ({v.layout.nnodes}x{v.layout.gpus_per_node})",
                 str(v.moe_tp_width),
                 _gib(fit.weights_per_gpu_gib if fit else None),
                 _gib(fit.usable_per_gpu_gib if fit else None),

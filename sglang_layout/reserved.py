@@ -23,6 +23,9 @@ RESERVED = {
     "host": "sglang_bind_address",
     **{flag: f"{field} (keep it in Ansible Vault)" for field, (flag, _) in SECRET_FIELDS.items()},
     "config": "the project (it passes the secrets file with --config)",
+    "nnodes": "nnodes",
+    "node-rank": "nodes (ranks follow the group's inventory order)",
+    "dist-init-addr": "nodes and sglang_dist_init_port (rank 0's address and that port)",
 }
 # Every spelling SGLang 0.5.23 accepts for them (aliases), to their canonical name.
 SPELLINGS = {
@@ -33,6 +36,7 @@ SPELLINGS = {
     "pipeline-parallel-size": "pp-size",
     "data-parallel-size": "dp-size",
     "model": "model-path",
+    "nccl-init-addr": "dist-init-addr",
 }
 # Real 0.5.23 flags that are also prefixes of a reserved spelling: argparse takes an exact name first.
 NOT_ABBREVIATIONS = frozenset({"ssl-keyfile"})

@@ -12,6 +12,8 @@ Schema (kept stable, inventories are written against it)::
         args: {flag-name-without-dashes: value | [values] | true | false | null}
         env:  {VARIABLE: value}
         hardening: {SystemdDirective: value | null}   (see sglang_layout.hardening)
+        nnodes: int >= 1   (1 when absent: one box; more spans boxes with SGLang's own multi-node launch)
+        nodes: inventory group whose hosts, in inventory order, are node ranks 0..nnodes-1 (needed when nnodes > 1)
 
 Common args and environment are merged under each layout's own. Every string that
 reaches the unit file or the command line is checked whole (sglang_layout.text):
@@ -29,7 +31,16 @@ from typing import Any
 from sglang_layout import defaults, flags, hardening, reserved, text
 from sglang_layout.errors import DeclarationError
 
-__all__ = ["DeclarationError", "Layout", "ServerSettings", "parse_layout", "parse_layouts", "select_layout", "server_settings"]
+__all__ = [
+    "DeclarationError",
+    "Layout",
+    "ServerSettings",
+    "parse_layout",
+    "parse_layouts",
+    "parse_span",
+    "select_layout",
+    "server_settings",
+]
 
 LAYOUT_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 MODEL_SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -37,7 +48,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 NUMBER = re.compile(r"-[0-9][0-9.eE+-]*")
 PARALLEL_KEYS = ("tp", "ep", "pp", "dp")
-LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description", "hardening"))
+LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description", "hardening", "nnodes", "nodes"))
+GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what Ansible accepts as a group name
 MAX_WIDTH = 1024  # per parallel size
 MAX_GPUS = 4096  # dp x tp x pp: bounds what is rendered (CUDA_VISIBLE_DEVICES) before any verdict
 MAX_ARGS = 256
@@ -49,7 +61,6 @@ NUMERIC_ARGS: dict[str, tuple[type, float, float, float]] = {
     "moe-dp-size": (int, 1, MAX_WIDTH, 1),
     "attn-dp-size": (int, 1, MAX_WIDTH, 1),
     "moe-dense-tp-size": (int, 1, MAX_WIDTH, 1),
-    "nnodes": (int, 1, MAX_WIDTH, 1),
     "context-length": (int, 1, 100_000_000, 32768),
     "max-running-requests": (int, 1, 10_000_000, 256),
 }
@@ -71,10 +82,18 @@ class Layout:
     description: str = ""
     hardening: dict[str, hardening.HardeningValue | None] = field(default_factory=dict)
     notices: tuple[str, ...] = ()  # what parsing changed and says so (a folded description)
+    nnodes: int = 1
+    nodes: str = ""  # the inventory group whose hosts are the node ranks, in inventory order
 
     @property
     def gpus_used(self) -> int:
+        """GPUs across every node: dp x tp x pp."""
         return self.dp * self.tp * self.pp
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs each node gives the layout (the rules require nnodes to divide tp x pp)."""
+        return max(1, self.gpus_used // self.nnodes)
 
     def arg(self, name: str, default: Any = None) -> Any:
         """The value of a server flag as it will be rendered (None when absent or off)."""
@@ -237,6 +256,31 @@ def _description(path: str, raw: Any) -> tuple[str, tuple[str, ...]]:
     return description, (notice,) if folded else ()
 
 
+def parse_span(here: str, raw: Any) -> tuple[int, str]:
+    """nnodes and the group of hosts it spans: both, or neither (one box). `here` names the layout."""
+    if not isinstance(raw, Mapping):
+        return 1, ""  # parse_layout refuses it with the whole layout in view
+    nnodes = text.whole_number(f"{here}.nnodes", raw.get("nnodes", 1), low=1, high=MAX_WIDTH, example=2)
+    nodes = raw.get("nodes")
+    if nnodes == 1:
+        if nodes not in (None, ""):
+            raise text.refuse(
+                f"{here}.nodes", nodes, "is set but nnodes is 1", "set nnodes to the number of hosts, or drop nodes"
+            )
+        return 1, ""
+    if nodes in (None, ""):
+        raise text.refuse(
+            f"{here}.nodes",
+            nodes,
+            f"nnodes is {nnodes} but no inventory group of hosts is named",
+            "add nodes: GROUP, the inventory group whose hosts (in order) are node ranks 0, 1, ...",
+        )
+    group = text.matching(
+        f"{here}.nodes", nodes, GROUP_NAME, max_length=64, what="an inventory group name", fix="write e.g. nodes: k26_pair"
+    )
+    return nnodes, group
+
+
 def merge_args(common: Mapping[str, ArgValue], own: Mapping[str, ArgValue]) -> dict[str, ArgValue]:
     """Layout args over common args; an overridden flag keeps its common position."""
     merged = dict(common)
@@ -284,6 +328,7 @@ def parse_layout(
     if gpus > MAX_GPUS:
         raise text.refuse(here, sizes, f"dp x tp x pp = {gpus} GPUs, more than {MAX_GPUS}", "check the sizes")
     description, notices = _description(f"{here}.description", raw.get("description"))
+    nnodes, nodes = parse_span(here, raw)
     return Layout(
         name=name,
         args=merge_args(
@@ -294,6 +339,8 @@ def parse_layout(
         description=description,
         hardening=hardening.parse_overrides(f"{here}.hardening", raw.get("hardening")),
         notices=notices,
+        nnodes=nnodes,
+        nodes=nodes,
         **sizes,
     )
 

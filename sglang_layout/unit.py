@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sglang_layout import command, defaults, hardening, text
+from sglang_layout.nodes import NodePlace
 from sglang_layout.schema import Layout
 
 _NEEDS_QUOTES = re.compile(r"""[\s"'\\;]""")
@@ -48,6 +49,7 @@ class UnitSpec:
     group: str = defaults.SERVICE_USER
     state_dir: str = defaults.STATE_DIR
     secrets_source: str | None = None  # the root-only file systemd hands over as a credential
+    node: NodePlace | None = None  # this host's part of a multi-node layout
 
     @property
     def exec_start(self) -> str:
@@ -73,6 +75,9 @@ class UnitSpec:
             "group": self.group,
             "state_dir": self.state_dir,
             "credential_line": f"{command.SECRETS_CREDENTIAL}:{self.secrets_source}" if self.secrets_source else "",
+            "node_rank": self.node.rank if self.node else 0,
+            "nnodes": self.node.nnodes if self.node else 1,
+            "dist_init_addr": self.node.dist_init_addr if self.node else "",
         }
 
 
@@ -92,6 +97,7 @@ def unit_spec(
     group: str = defaults.SERVICE_USER,
     hardening_overrides: Mapping[str, hardening.HardeningValue | None] | None = None,
     secrets_source: str | None = None,
+    node: NodePlace | None = None,
 ) -> UnitSpec:
     """The unit for one layout: the field notes' command and environment, from the one renderer.
 
@@ -107,7 +113,12 @@ def unit_spec(
     if not python_version or not all(part.isdigit() for part in python_version.split(".")):
         raise text.refuse("python_version", python_version, "is not a Python version", "re-run playbooks/provision.yml")
     args = command.server_args(
-        layout, model_path=model_path, port=port, host=host, secrets_file=command.SECRETS_FILE_IN_UNIT if secrets_source else None
+        layout,
+        model_path=model_path,
+        port=port,
+        host=host,
+        secrets_file=command.SECRETS_FILE_IN_UNIT if secrets_source else None,
+        node=node,
     )
     base_env = {
         text.matching(
@@ -129,4 +140,5 @@ def unit_spec(
         group=group,
         state_dir=state_dir,
         secrets_source=secrets_source,
+        node=node,
     )

@@ -18,7 +18,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import defaults
+from sglang_layout import defaults, nodes
 from sglang_layout.hardening import parse_overrides
 from sglang_layout.schema import DeclarationError, select_layout
 from sglang_layout.sources import DECLARATION_ARGUMENTS, declaration_from_task
@@ -38,6 +38,11 @@ ARGUMENT_SPEC = {
     "hardening": {"type": "dict", "default": {}},
     # The root-only secrets file on the host, when there are secrets (handed to the unit as a credential).
     "secrets_source": {"type": "str"},
+    # A multi-node layout: its hosts in rank order, this host's name, rank 0's address and the declared port.
+    "node_hosts": {"type": "list", "elements": "str", "default": []},
+    "node_host": {"type": "str", "default": ""},
+    "dist_init_address": {"type": "raw"},
+    "dist_init_port": {"type": "raw", "default": defaults.DIST_INIT_PORT},
 }
 
 
@@ -50,8 +55,13 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         try:
             settings, layouts, _ = declaration_from_task(args)
+            layout = select_layout(layouts, args["layout"])
+            node = None
+            if layout.nnodes > 1:
+                address = nodes.dist_init_addr(args["dist_init_address"], args["dist_init_port"])
+                node = nodes.place(layout.nnodes, args["node_hosts"], args["node_host"], address)
             unit = unit_spec(
-                select_layout(layouts, args["layout"]),
+                layout,
                 model_slug=settings.model_slug,
                 model_path=settings.model_path,
                 port=settings.port,
@@ -65,6 +75,7 @@ class ActionModule(ActionBase):
                 group=args["group"],
                 hardening_overrides=parse_overrides("sglang_service_hardening", args["hardening"]),
                 secrets_source=args["secrets_source"] or None,
+                node=node,
             )
         except (DeclarationError, ValueError) as exc:
             raise AnsibleActionFail(f"unit input: {exc}") from exc

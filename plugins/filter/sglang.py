@@ -13,7 +13,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import diagnosis, flags, gpus, router, secrets
+from sglang_layout import diagnosis, flags, gpus, nodes, router, schema, secrets
 from sglang_layout.errors import DeclarationError
 
 
@@ -60,6 +60,27 @@ def sglang_router_unit(settings: dict[str, Any]) -> dict[str, Any]:
         raise AnsibleFilterError(f"sglang_router_unit: {exc}") from exc
 
 
+def sglang_node_span(layouts: dict[str, Any], layout: str, groups: dict[str, list[str]], host: str) -> dict[str, Any]:
+    """The hosts a layout runs on in rank order ({nnodes, hosts}); one-box layouts run on `host` alone."""
+    if not isinstance(layouts, dict) or layout not in layouts:
+        return {"nnodes": 1, "hosts": [host]}  # preflight names the missing layout
+    try:
+        nnodes, group = schema.parse_span(f"sglang_layouts.{layout}", layouts[layout])
+        return {"nnodes": nnodes, "hosts": nodes.span_hosts(f"sglang_layouts.{layout}", nnodes, group, groups, host)}
+    except DeclarationError as exc:
+        raise AnsibleFilterError(f"{exc}. Nothing was changed.") from exc
+
+
+def sglang_node_differences(summaries: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Each node's {gpus, sglang_version, model_digest} -> {problems, notes}: what differs between them."""
+    found = {
+        host: nodes.node_summary(facts.get("gpus") or {}, facts.get("sglang_version"), facts.get("model_digest"))
+        for host, facts in summaries.items()
+    }
+    problems, notes = nodes.differences(found)
+    return {"problems": problems, "notes": notes}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -69,4 +90,6 @@ class FilterModule:
             "sglang_secret_problems": sglang_secret_problems,
             "sglang_secrets_config": sglang_secrets_config,
             "sglang_router_unit": sglang_router_unit,
+            "sglang_node_span": sglang_node_span,
+            "sglang_node_differences": sglang_node_differences,
         }

@@ -54,6 +54,8 @@ LAYOUT = st.fixed_dictionaries(
         "pp": st.integers(-1, 16),
         "dp": st.integers(-1, 16),
         "description": NASTY | JSONISH,
+        "nnodes": SCALARS | st.integers(0, 4),
+        "nodes": NASTY | JSONISH,
         "args": st.dictionaries(FLAG_NAMES, JSONISH, max_size=5) | JSONISH,
         "env": st.dictionaries(NASTY | st.sampled_from(["NCCL_ALGO", "LD_PRELOAD"]), JSONISH, max_size=3),
         "hardening": st.dictionaries(

@@ -40,8 +40,11 @@ def lay(**spec):
         ({"tp": 8, "ep": 2, "args": {"moe-runner-backend": "flashinfer_cutedsl"}}, 8, ["moe-runner"]),
         ({"tp": 8, "ep": 8, "args": {"moe-runner-backend": "flashinfer_cutlass"}}, 8, []),
         ({"tp": 8, "ep": 4, "args": {"moe-runner-backend": "triton"}}, 8, []),
-        ({"tp": 8, "args": {"nnodes": 3}}, 8, ["nnodes"]),
-        ({"tp": 8, "args": {"nnodes": 2}}, 8, []),
+        ({"tp": 8, "nnodes": 3, "nodes": "pair"}, 8, ["nnodes"]),
+        ({"tp": 8, "nnodes": 2, "nodes": "pair"}, 4, []),
+        ({"tp": 16, "nnodes": 2, "nodes": "pair"}, 8, []),
+        ({"tp": 8, "pp": 2, "nnodes": 2, "nodes": "pair"}, 8, []),
+        ({"tp": 16, "nnodes": 2, "nodes": "pair"}, 4, ["gpus"]),
     ],
 )
 def test_parallel_rules(spec, gpus, expected):

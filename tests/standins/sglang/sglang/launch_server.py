@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from sglang import __version__, simulation
+from sglang import __version__, rendezvous, simulation
 from sglang.cli_args import build_parser
 from sglang.server import Server
 
@@ -42,7 +42,7 @@ def init_model(args: object) -> None:
 
 def load_weights(args: object, sim: simulation.Simulation) -> None:
     tp, pp, dp = _int(args.tp_size, 1), _int(args.pp_size, 1), _int(args.dp_size, 1)
-    used = tp * pp * dp
+    used = tp * pp * dp // _int(args.nnodes, 1)  # on this node
     if used > sim.gpu_count:
         raise RuntimeError(f"CUDA error: invalid device ordinal (asked for {used} GPUs, {sim.gpu_count} visible)")
     fraction = float(args.mem_fraction_static or 0.88)
@@ -56,22 +56,56 @@ def load_weights(args: object, sim: simulation.Simulation) -> None:
     log.info("Load weight end. mem usage=%.2f GB", per_gpu)
 
 
+def node_of(args: object, sim: simulation.Simulation) -> rendezvous.Node | None:
+    nnodes = _int(args.nnodes, 1)
+    if nnodes == 1:
+        return None
+    gpus = _int(args.tp_size, 1) * _int(args.pp_size, 1) * _int(args.dp_size, 1) // nnodes
+    timeout = float(args.dist_timeout) if args.dist_timeout else sim.rendezvous_timeout_s
+    return rendezvous.Node(nnodes, _int(args.node_rank, 0), args.dist_init_addr or "127.0.0.1:5000", gpus, timeout)
+
+
+async def health_only(args: object) -> web.AppRunner:
+    """A rank > 0 answers health checks only (SGLang's dummy health server), once its part has loaded."""
+
+    async def healthy(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    app = web.Application()
+    for path in ("/health", "/health_generate", "/ping"):
+        app.router.add_get(path, healthy)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.host or "127.0.0.1", int(args.port or 30000)).start()
+    return runner
+
+
 async def serve(args: object, sim: simulation.Simulation) -> None:
+    node = node_of(args, sim)
     server = Server(args, sim)
     runner = web.AppRunner(server.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, args.host or "127.0.0.1", int(args.port or 30000))
-    await site.start()  # port in use fails here with OSError [Errno 98]
-    log.info("Starting server on %s:%s (stand-in sglang %s)", args.host, args.port, __version__)
+    if node is None or node.rank == 0:  # only rank 0 serves the API
+        await runner.setup()
+        site = web.TCPSite(runner, args.host or "127.0.0.1", int(args.port or 30000))
+        await site.start()  # port in use fails here with OSError [Errno 98]
+        log.info("Starting server on %s:%s (stand-in sglang %s)", args.host, args.port, __version__)
     try:
+        if node is not None:
+            await node.meet()
         await asyncio.sleep(sim.load_seconds / 2)
         init_model(args)
         await asyncio.sleep(sim.load_seconds / 2)
         load_weights(args, sim)
+        if node is not None:
+            await node.loaded()
+            if node.rank > 0:
+                runner = await health_only(args)
         server.ready = True
         log.info("The server is fired up and ready to roll!")
-        await asyncio.Event().wait()
+        await (node.watch() if node is not None else asyncio.Event().wait())
     finally:
+        if node is not None:
+            node.close()
         await runner.cleanup()
 
 
@@ -111,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(args, sim))
     except KeyboardInterrupt:
         log.info("stopped after %.1f s", time.monotonic() - started)
+    except (rendezvous.RendezvousError, rendezvous.PeerLost) as exc:
+        log.error("%s", exc)
+        return 1
     return 0
 
 

@@ -38,6 +38,8 @@ class Simulation:
     continuous_usage: bool = True
     # True: every generation request fails with HTTP 500 (the health check still passes).
     fail_requests: bool = False
+    # Multi-node layouts: seconds a rank waits for the others at rank 0's --dist-init-addr (--dist-timeout wins).
+    rendezvous_timeout_s: float = 30.0
 
     def base_itl_ms(self, tp: int, ep: int, pp: int, dp: int) -> float:
         return float(_per_layout(self.itl_ms, tp, ep, pp, dp) or 10.0)
