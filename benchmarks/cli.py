@@ -15,7 +15,7 @@ from benchmarks.capacity import capacity_sentence, measure_levels
 from benchmarks.endpoint import EndpointError, check_url, probe
 from benchmarks.search import objectives
 from benchmarks.search.runner import SearchOptions, main_search
-from benchmarks.sweep import REPO, SweepResult, run_sweep
+from benchmarks.sweep import REPO, SweepResult, parse_loadgen, run_sweep
 from benchmarks.workload import Workload, bounded
 from sglang_layout.candidates import parse_grid
 from sglang_layout.errors import DeclarationError
@@ -32,7 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--url", help="the server's base URL, e.g. http://10.0.0.5:30001")
     where.add_argument("--server-host", help="an inventory host: benchmark its active layout")
     run.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
-    run.add_argument("--loadgen", default="localhost", help="the inventory host that runs Locust (default: here)")
+    run.add_argument(
+        "--loadgen",
+        "--loadgen-hosts",
+        dest="loadgen",
+        type=parse_loadgen,
+        default="localhost",
+        help="the inventory host(s) that run Locust (default: here); several, comma-separated, run Locust's master on "
+        "the first and --processes workers on each (install Locust there with playbooks/loadgen.yml)",
+    )
     Workload.add_cli_args(run)
     _add_api_key(run)
     run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
@@ -60,7 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_search(search: argparse.ArgumentParser) -> None:
     search.add_argument("--server-host", required=True, help="the inventory host to search on")
     search.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
-    search.add_argument("--loadgen", default="localhost", help="the inventory host that runs Locust (default: here)")
+    search.add_argument(
+        "--loadgen",
+        "--loadgen-hosts",
+        dest="loadgen",
+        type=parse_loadgen,
+        default="localhost",
+        help="the inventory host(s) that run Locust (default: here; several: comma-separated, as for run)",
+    )
     search.add_argument("--layouts", default="all", help="declared layouts to try, comma-separated (default: all)")
     search.add_argument(
         "--grid",

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.clocks import on_one_clock
 from benchmarks.metrics import level_metrics, window
 from benchmarks.records import RequestRecord
 
@@ -13,11 +14,22 @@ from benchmarks.records import RequestRecord
 CLIENT_BOUND_CPU = 0.7
 
 
+def level_lines(path: Path) -> list[dict[str, Any]]:
+    """Every line of a level's records: one file, or a directory of one file per load-generator host (on one clock)."""
+    if path.is_dir():
+        return on_one_clock([_lines(part) for part in sorted(path.glob("*.jsonl"))])
+    return _lines(path)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def read_level(path: Path) -> tuple[list[RequestRecord], list[dict[str, float]]]:
     """The level's requests and the server's /metrics samples."""
     requests, samples = [], []
-    for line in path.read_text().splitlines():
-        item = json.loads(line)
+    for line in level_lines(path):
+        item = dict(line)
         kind = item.pop("type", "request")
         if kind == "request":
             requests.append(RequestRecord.from_dict(item))
@@ -28,11 +40,13 @@ def read_level(path: Path) -> tuple[list[RequestRecord], list[dict[str, float]]]
 
 def loadgen_usage(path: Path) -> dict[str, Any] | None:
     """How busy each load-generator process was (CPU seconds over wall seconds), and whether one was the bottleneck."""
-    processes = [item for line in path.read_text().splitlines() if (item := json.loads(line)).get("type") == "loadgen"]
+    processes = [item for item in level_lines(path) if item.get("type") == "loadgen"]
     if not processes:
         return None
     busiest = max(p["cpu_s"] / p["wall_s"] if p["wall_s"] > 0 else 0.0 for p in processes)
-    return {"processes": len(processes), "busiest_cpu_fraction": busiest, "client_bound": busiest > CLIENT_BOUND_CPU}
+    usage = {"processes": len(processes), "busiest_cpu_fraction": busiest, "client_bound": busiest > CLIENT_BOUND_CPU}
+    hosts = sorted({p["host"] for p in processes if p.get("host")})
+    return {**usage, "hosts": hosts} if len(hosts) > 1 else usage
 
 
 def server_samples(samples: list[dict[str, float]], window: tuple[float, float] | None) -> dict[str, float | None]:

@@ -24,6 +24,7 @@ import fcntl
 import json
 import random
 import re
+import socket
 import time
 from array import array
 from typing import Any
@@ -106,6 +107,9 @@ def _options(parser: Any) -> None:
     group.add_argument("--bench-request-rate", type=float, default=0.0, help="open loop: requests per second (0: closed loop)")
     group.add_argument("--bench-burstiness", type=float, default=1.0, help="open loop: gamma shape of the gaps (1: Poisson)")
     group.add_argument("--bench-max-concurrency", type=int, default=0, help="open loop: at most this many in flight (0: no cap)")
+    group.add_argument(
+        "--bench-workers", type=int, default=0, help="worker processes across every load-generator host (0: this --processes)"
+    )
 
 
 class Level:
@@ -141,11 +145,17 @@ def share(total: int, parts: int, index: int) -> int:
     return total // parts + (1 if index < total % parts else 0)
 
 
+def worker_count(options: Any) -> int:
+    """The level's worker processes: on every load-generator host (--bench-workers), or this one's --processes."""
+    return max(int(getattr(options, "bench_workers", 0) or getattr(options, "processes", 1) or 1), 1)
+
+
 def process_slot(environment: Environment) -> tuple[int, int]:
-    """(processes, this worker's index): (1, 0) for a plain single-process run."""
+    """(processes, this worker's index): (1, 0) for a plain single-process run. The master numbers its workers
+    0, 1, ... as they connect, wherever they run."""
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
-        processes = max(int(getattr(environment.parsed_options, "processes", 1) or 1), 1)
+        processes = worker_count(environment.parsed_options)
         return processes, runner.worker_index % processes
     return 1, 0
 
@@ -341,7 +351,7 @@ class StreamingUser(FastHttpUser):
         LEVEL.measured_share = sum(1 for i in range(warmup, warmup + measured) if i % processes == slot)
         if LEVEL.measured_share == 0:  # more processes than measured requests: this one has none to wait for
             self.share_done()
-        if processes > 1:  # every process starts the same schedule at the master's zero (one clock: one machine)
+        if processes > 1:  # every process starts the same schedule at the master's zero
             deadline = time.monotonic() + 10
             while LEVEL.start_at is None and time.monotonic() < deadline:
                 gevent.sleep(0.005)
@@ -469,8 +479,7 @@ def _init(environment: Environment, **_: Any) -> None:
 
         def worker_done(msg: Any, **__: Any) -> None:  # Locust calls it with environment= and msg=
             LEVEL.workers_done += 1
-            processes = max(int(getattr(environment.parsed_options, "processes", 1) or 1), 1)
-            if LEVEL.workers_done >= processes and not LEVEL.stopping:
+            if LEVEL.workers_done >= worker_count(environment.parsed_options) and not LEVEL.stopping:
                 LEVEL.stopping = True
                 gevent.spawn(environment.runner.quit)
 
@@ -478,7 +487,9 @@ def _init(environment: Environment, **_: Any) -> None:
     elif isinstance(environment.runner, WorkerRunner):
 
         def schedule_zero(msg: Any, **__: Any) -> None:
-            LEVEL.start_at = float(msg.data)
+            # The master's zero is wall-clock time (its monotonic clock means nothing on another host):
+            # turned into this host's monotonic clock on arrival. Hosts agree as well as their clocks (NTP) do.
+            LEVEL.start_at = float(msg.data) - time.time() + time.monotonic()
 
         environment.runner.register_message("bench_start_at", schedule_zero)
 
@@ -487,7 +498,7 @@ def _init(environment: Environment, **_: Any) -> None:
 def _start(environment: Environment, **_: Any) -> None:
     if isinstance(environment.runner, MasterRunner) and environment.parsed_options.bench_request_rate > 0:
         # A little ahead, so that every worker has the zero before its first arrival is due.
-        environment.runner.send_message("bench_start_at", time.monotonic() + 0.5)
+        environment.runner.send_message("bench_start_at", time.time() + 0.5)
     # Sampled once per level: by the master of --processes N, never by its workers.
     if environment.parsed_options.bench_metrics_interval > 0 and not isinstance(environment.runner, WorkerRunner):
         gevent.spawn(sample_metrics, environment)
@@ -518,9 +529,12 @@ def _write(environment: Environment, **_: Any) -> None:
     lines += [json.dumps({"type": "metrics", **sample}) for sample in LEVEL.samples]
     if LEVEL.cpu_start is not None:
         cpu_s, wall_s = time.process_time() - LEVEL.cpu_start, now - LEVEL.wall_start
-        lines.append(json.dumps({"type": "loadgen", "cpu_s": cpu_s, "wall_s": wall_s, "requests": LEVEL.sent}))
+        load = {"type": "loadgen", "cpu_s": cpu_s, "wall_s": wall_s, "requests": LEVEL.sent, "host": socket.gethostname()}
+        lines.append(json.dumps(load))
     if not lines:
         return
+    # The times above are this host's monotonic clock; this pair lets records from several hosts share one.
+    lines.append(json.dumps({"type": "clock", "wall": time.time(), "monotonic": time.monotonic()}))
     # With --processes N every worker appends its own records: one locked write each.
     with open(environment.parsed_options.bench_records, "a") as out:
         fcntl.flock(out, fcntl.LOCK_EX)

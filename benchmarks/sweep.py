@@ -23,7 +23,8 @@ from benchmarks.workload import Workload, level_name
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOK = REPO / "playbooks" / "benchmark.yml"
 LOCUSTFILE = REPO / "benchmarks" / "locustfile.py"
-LEVEL_TASKS = "playbooks/tasks/benchmark_level.yml"  # its only command task runs Locust
+LEVEL_TASKS = "playbooks/tasks/benchmark_level.yml"  # its command tasks run Locust
+LOCAL = ("localhost", "127.0.0.1")
 
 
 @dataclass
@@ -62,11 +63,12 @@ def run_sweep(
         **workload.extravars(),
         "bench_output_dir": str(output_dir),
         "bench_loadgen": loadgen,
-        "bench_locust": str(Path(sys.executable).parent / "locust"),
         "bench_locustfile": str(LOCUSTFILE),
         "bench_api_key": api_key,
         "bench_work_dir": work_dir,
     }
+    if loadgen in LOCAL:  # here: this venv's Locust; elsewhere the one playbooks/loadgen.yml installed
+        extravars["bench_locust"] = str(Path(sys.executable).parent / "locust")
     if prompts_file is not None:
         extravars["bench_prompts_source"] = str(prompts_file)
     if url:
@@ -121,7 +123,7 @@ def run_sweep(
         signal.signal(signal.SIGINT, previous)
         if interrupted["flag"]:
             stop_process_tree()  # anything started between the signal and the runner's return
-            if loadgen in ("localhost", "127.0.0.1"):
+            if loadgen in LOCAL:
                 _keep_finished_levels(Path(work_dir), output_dir, finished)
                 shutil.rmtree(work_dir, ignore_errors=True)
     stats = _artifact_data(runner)
@@ -129,7 +131,7 @@ def run_sweep(
     server = stats.get("bench_server", {})
     levels = []
     for key in workload.level_keys():
-        path = output_dir / f"level-{key}.jsonl"
+        path = records_path(output_dir, key)
         if key not in levels_run and not path.exists():
             continue  # never started (interrupted or the play failed before it)
         arrival = workload.arrival(key)
@@ -149,6 +151,25 @@ def run_sweep(
     error = "" if status in ("complete", "interrupted") else _failure_reason(runner, levels)
     shutil.rmtree(private, ignore_errors=True)
     return SweepResult(status=status, levels=levels, server=server, error=error, locust_s=started.get("locust", 0.0))
+
+
+def records_path(output_dir: Path, key: str) -> Path:
+    """A level's records: one file from one load generator, or a directory of one file per host from several."""
+    several = output_dir / f"level-{key}"
+    return several if several.is_dir() else output_dir / f"level-{key}.jsonl"
+
+
+def parse_loadgen(text: str) -> str:
+    """`--loadgen-hosts a,b`: inventory names, comma-separated (Locust's master runs on the first)."""
+    import argparse
+    import re
+
+    names = text.split(",")
+    if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", name) for name in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"--loadgen-hosts {text!r}: write inventory host names separated by commas, each once, e.g. lg-1,lg-2"
+        )
+    return ",".join(names)
 
 
 def _name(workload: Workload, key: str) -> str:

@@ -149,6 +149,19 @@ def test_two_load_generator_processes_measure_the_same_counts_and_rates(tmp_path
     assert level["achieved_concurrency"] == pytest.approx(8, rel=0.05)
 
 
+def test_a_level_with_fewer_users_than_processes_runs_on_as_many_processes_as_users(tmp_path):
+    """C=1 with --processes 2: a second process would get no user and never send its share (the level would hang)."""
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 5.0}) as url:
+        done = bench("run", "--url", url, "--levels", "1,2", *FAST, "--processes", "2", "--results-dir", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = stored(tmp_path / "r")
+    assert [(level["status"], level["completed"], level["loadgen"]["processes"]) for level in run["levels"]] == [
+        ("ok", 4, 1),
+        ("ok", 4, 2),
+    ]
+    assert max(level["duration_s"] for level in run["levels"]) < 10
+
+
 @pytest.mark.parametrize(("continuous_usage", "source"), [(True, "continuous_usage"), (False, "spread")])
 def test_chat_deltas_of_several_tokens_give_per_token_itl(tmp_path, continuous_usage, source):
     """3 tokens per delta at a 10 ms clock: ITL is 10 ms per token, not 30 ms per delta (nor 0)."""

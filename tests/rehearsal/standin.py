@@ -26,6 +26,15 @@ RUNTIME_DEPS = ("aiohttp==3.14.5", "pyyaml==6.0.3")
 ROUTER_DEFAULTS = TESTS.parent / "roles" / "sglang_router" / "defaults" / "main.yml"
 
 
+LOADGEN_DEFAULTS = TESTS.parent / "roles" / "sglang_loadgen" / "defaults" / "main.yml"
+
+
+def locust_requirement() -> str:
+    """The REAL Locust the load-generator role pins (requirements.txt's): boxes install it from the wheelhouse."""
+    version = LOADGEN_DEFAULTS.read_text().split('sglang_loadgen_locust_version: "', 1)[1].split('"', 1)[0]
+    return f"locust=={version}"
+
+
 def router_requirement() -> str:
     """The REAL sglang-router the role pins (not a stand-in): boxes install it from the wheelhouse."""
     version = ROUTER_DEFAULTS.read_text().split('sglang_router_version: "', 1)[1].split('"', 1)[0]
@@ -40,7 +49,7 @@ def source_tree(destination: Path) -> Path:
 
 
 def _digest() -> str:
-    hasher = hashlib.sha256(json.dumps([*RUNTIME_DEPS, router_requirement()]).encode())
+    hasher = hashlib.sha256(json.dumps([*RUNTIME_DEPS, router_requirement(), locust_requirement()]).encode())
     for path in sorted(p for p in SOURCE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         hasher.update(path.relative_to(SOURCE).as_posix().encode() + path.read_bytes())
     hasher.update(FLAGS.read_bytes())
@@ -48,8 +57,8 @@ def _digest() -> str:
 
 
 def wheelhouse() -> Path:
-    """A local wheelhouse with the stand-in sglang wheel and its dependencies, and the real sglang-router
-    with its own, cached by content."""
+    """A local wheelhouse with the stand-in sglang wheel and its dependencies, and the real sglang-router and
+    Locust with their own, cached by content."""
     target = CACHE / f"wheelhouse-{_digest()}"
 
     def build() -> str:
@@ -58,6 +67,7 @@ def wheelhouse() -> Path:
         subprocess.run([*pip, "wheel", "--no-deps", "-w", str(target), str(source)], check=True)
         subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), *RUNTIME_DEPS], check=True)
         subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), router_requirement()], check=True)
+        subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), locust_requirement()], check=True)
         shutil.rmtree(source)
         return ""
 

@@ -1,0 +1,106 @@
+"""Load from two machines: Locust's own master/worker mode across two rehearsal boxes, through the real playbooks.
+
+Both boxes get Locust from playbooks/loadgen.yml (the pinned release, from the test wheelhouse); the
+stand-in server runs here on loopback, which the boxes share. Box a runs the master (at a free port, its
+bench_master_port) and a worker, box b a worker; each box's raw records come back and are merged on one
+clock, so the level's figures are those of one run. The same workload from here alone is the yardstick.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.rehearsal import box as boxes
+from tests.rehearsal import standin
+from tests.rehearsal.bench import benchmarks
+from tests.rehearsal.playbook import run_playbook
+
+# 32 tokens at 10 ms each: ~0.33 s a request; 8 users for 96 measured requests.
+CLOSED = ("--levels", "8", "--output-tokens", "32", "--input-tokens", "16", "--min-requests", "96", "--metrics-interval", "0")
+
+
+@dataclass
+class Loadgens:
+    a: boxes.Box
+    b: boxes.Box
+    inventory: Path
+
+    @property
+    def names(self) -> str:
+        return f"{self.a.name},{self.b.name}"
+
+
+@pytest.fixture(scope="module")
+def loadgens(box_support, tmp_path_factory) -> Iterator[Loadgens]:
+    directory = tmp_path_factory.mktemp("loadgens")
+    with boxes.running_box() as a, boxes.running_box() as b:
+        hosts = {}
+        for box in (a, b):
+            shutil.copytree(standin.wheelhouse(), box.root / standin.BOX_WHEELHOUSE.lstrip("/"), dirs_exist_ok=True)
+            hosts[box.name] = {
+                **box.inventory()["sglang_servers"]["hosts"][box.name],
+                "sglang_loadgen_find_links": [standin.BOX_WHEELHOUSE],
+                "sglang_loadgen_no_index": True,
+            }
+        hosts[a.name]["bench_master_port"] = boxes.free_port()
+        inventory = directory / "hosts.yml"
+        inventory.write_text(yaml.safe_dump({"loadgens": {"hosts": hosts}}, sort_keys=False))
+        installed = run_playbook("playbooks/loadgen.yml", inventory, {"loadgen_hosts": "loadgens"})
+        assert installed.returncode == 0, installed.output[-4000:]
+        again = run_playbook("playbooks/loadgen.yml", inventory, {"loadgen_hosts": "loadgens"})
+        assert again.returncode == 0 and again.changed(a.name) == 0 and again.changed(b.name) == 0, again.stdout
+        yield Loadgens(a, b, inventory)
+
+
+def run(tmp_path: Path, name: str, url: str, *options: str) -> dict:
+    results = tmp_path / name
+    done = benchmarks("run", "--url", url, "--results-dir", str(results), *options, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (path,) = results.rglob("*.json")
+    (level,) = json.loads(path.read_text())["levels"]
+    return level
+
+
+def test_two_load_generators_measure_what_one_does(loadgens, tmp_path):
+    with standin.serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
+        here = run(tmp_path, "here", url, *CLOSED)
+        spread = run(tmp_path, "spread", url, *CLOSED, "--inventory", str(loadgens.inventory), "--loadgen-hosts", loadgens.names)
+    assert here["status"] == spread["status"] == "ok"
+    assert spread["completed"] == here["completed"] == 96
+    assert spread["loadgen"]["processes"] == 2 and spread["loadgen"]["hosts"] == sorted([loadgens.a.name, loadgens.b.name])
+    assert spread["decode_tok_s"]["p50"] == pytest.approx(here["decode_tok_s"]["p50"], rel=0.01)
+    assert spread["itl_ms"]["mean"] == pytest.approx(here["itl_ms"]["mean"], rel=0.01)
+    assert spread["aggregate_tok_s"] == pytest.approx(here["aggregate_tok_s"], rel=0.01)
+    assert spread["achieved_concurrency"] == pytest.approx(8, rel=0.05)  # on one clock: the two hosts' users overlap
+
+
+def test_an_open_loop_schedule_split_across_two_machines_keeps_its_rate_and_burstiness(loadgens, tmp_path):
+    rate, measured = 50.0, 300
+    with standin.serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 1.0}) as url:
+        level = run(
+            tmp_path,
+            "open",
+            url,
+            *("--endpoint", "generate", "--output-tokens", "4", "--input-tokens", "8", "--metrics-interval", "0"),
+            *("--request-rates", f"{rate:g}", "--min-requests", str(measured), "--warmup", "20"),
+            *("--inventory", str(loadgens.inventory), "--loadgen-hosts", loadgens.names, "--processes", "2"),
+        )
+        with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
+            arrivals = sorted(json.loads(answer.read())["arrivals"])
+    assert level["status"] == "ok" and level["completed"] == measured
+    assert level["loadgen"]["processes"] == 4 and len(level["loadgen"]["hosts"]) == 2
+    assert level["arrival"]["achieved_rate"] == pytest.approx(level["arrival"]["planned_rate"], rel=0.02)
+    assert level["arrival"]["lateness_ms"]["p99"] < 50
+    seen = [t for t in arrivals if t >= level["window"][0]][:measured]
+    gaps = np.diff(seen)
+    assert len(gaps) / gaps.sum() == pytest.approx(rate, rel=0.06)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.12)
