@@ -65,8 +65,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _hosts(text: str) -> str:
+    """Inventory host names, comma-separated, each once (the same rule as --loadgen-hosts)."""
+    try:
+        return parse_loadgen(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("--loadgen-hosts", "--server-hosts")) from exc
+
+
 def _add_search(search: argparse.ArgumentParser) -> None:
-    search.add_argument("--server-host", required=True, help="the inventory host to search on")
+    search.add_argument(
+        "--server-host",
+        "--server-hosts",
+        dest="server_host",
+        required=True,
+        type=_hosts,
+        help="the inventory host to search on; several identical ones, comma-separated, run candidates in parallel, "
+        "one per host at a time (checked alike first: GPUs, SGLang version, model files)",
+    )
     search.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
     search.add_argument(
         "--loadgen",

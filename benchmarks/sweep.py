@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,7 +107,9 @@ def run_sweep(
         progress("  interrupted: stopping the level in progress (and everything it started); levels done are kept")
         stop_process_tree()
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    # Only the main thread may take signals; a search over several hosts runs sweeps in threads (it takes Ctrl-C itself).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
     try:
         runner = ansible_runner.run(
             private_data_dir=str(private),
@@ -120,7 +123,8 @@ def run_sweep(
             cancel_callback=lambda: interrupted["flag"],
         )
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
         if interrupted["flag"]:
             stop_process_tree()  # anything started between the signal and the runner's return
             if loadgen in LOCAL:

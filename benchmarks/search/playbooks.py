@@ -88,12 +88,16 @@ def _failure(events: list[dict[str, Any]], fallback: str) -> str:
 class PreflightResult:
     verdicts: dict[str, dict[str, Any]]
     serving: str  # the layout serving before the search ('' when none)
+    # What makes hosts comparable (sglang_layout.nodes.node_summary): GPUs, driver, SGLang version, model files.
+    identity: dict[str, str] | None = None
 
 
-def preflight(inventory: Path, host: str, layouts: dict[str, Any]) -> PreflightResult:
+def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str = "") -> PreflightResult:
     """Every candidate against the host's recorded facts (GPUs, installed SGLang's flag table, model files)."""
     events: list[dict[str, Any]] = []
     found: dict[str, Any] = {}
+
+    checksums: dict[str, str] = {}
 
     def on_event(event: dict[str, Any]) -> None:
         events.append(event)
@@ -106,11 +110,23 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any]) -> PreflightR
         local = (res.get("ansible_facts") or {}).get("ansible_local")
         if isinstance(local, dict):
             found["serving"] = str((local.get("sglang_service") or {}).get("active_layout") or "")
+            found["local"] = local
+        stat = res.get("stat") if isinstance(res.get("stat"), dict) else {}
+        if stat.get("exists") and str(stat.get("path", "")).endswith(".json"):
+            checksums[Path(str(stat["path"])).name] = str(stat.get("checksum", "?"))
 
     runner = _run("playbooks/preflight.yml", inventory, {"target": host, "sglang_layouts": layouts}, on_event)
     if "verdicts" not in found:
         raise PlaybookError(f"preflight on {host} did not run: {_failure(events, f'the playbook ended {runner.status}')}")
-    return PreflightResult(found["verdicts"], found.get("serving", ""))
+    return PreflightResult(found["verdicts"], found.get("serving", ""), _identity(found.get("local") or {}, checksums, version))
+
+
+def _identity(local: dict[str, Any], checksums: dict[str, str], version: str) -> dict[str, str]:
+    from sglang_layout.nodes import node_summary
+
+    installed = ((local.get("sglang_venv") or {}).get("versions") or {}).get(version) or {}
+    model = ", ".join(f"{name} sha1 {digest}" for name, digest in sorted(checksums.items()))
+    return node_summary(local.get("sglang_gpus") or {}, installed.get("installed_version") or version, model)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@ measured level by level until the knee -> winners -> the winner left serving -> 
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from benchmarks.search import manifest, objectives, playbooks
 from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
 from benchmarks.workload import Workload
+from sglang_layout import nodes
 from sglang_layout.candidates import Candidate, declaration_hash, expand
 from sglang_layout.errors import DeclarationError
 from sglang_layout.schema import parse_layouts
@@ -24,7 +27,7 @@ from sglang_layout.schema import parse_layouts
 
 @dataclass
 class SearchOptions:
-    server_host: str
+    server_host: str  # one inventory host, or several identical ones, comma-separated: candidates run one per host at a time
     inventory: Path
     workload: Workload
     results_dir: Path
@@ -41,6 +44,15 @@ class SearchOptions:
     loadgen: str = "localhost"
     api_key: str = ""
     quiet: bool = False
+
+    @property
+    def hosts(self) -> list[str]:
+        return self.server_host.split(",")
+
+    @property
+    def label(self) -> str:
+        """What names the search and its directory: the host, or the hosts joined with '+'."""
+        return "+".join(self.hosts)
 
 
 class SearchError(Exception):
@@ -104,9 +116,9 @@ def _entry(candidate: Candidate, digest: str, verdict: dict[str, Any] | None) ->
 def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) -> int:
     started_all = time.monotonic()
     note = (lambda _: None) if options.quiet else say
-    host, workload = options.server_host, options.workload
+    host, workload = options.label, options.workload
     try:
-        declaration = playbooks.read_declaration(options.inventory, host)
+        declaration = playbooks.read_declaration(options.inventory, options.hosts[0])
         candidates = expand(declaration["sglang_layouts"], options.layouts, options.grid)
     except (playbooks.PlaybookError, DeclarationError) as exc:
         raise SearchError(str(exc)) from exc
@@ -145,10 +157,14 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
 
     say(f"search {identifier} on {host}: {len(candidates)} candidates ({', '.join(c.name for c in candidates)})")
     note("preflight of every candidate against the host's recorded facts (nothing changes on the box)")
+    version = str(declaration.get("sglang_version") or "")
     try:
-        checked = playbooks.preflight(options.inventory, host, entries)
+        checks = {name: playbooks.preflight(options.inventory, name, entries, version) for name in options.hosts}
     except playbooks.PlaybookError as exc:
         raise SearchError(str(exc)) from exc
+    checked = checks[options.hosts[0]]
+    if len(checks) > 1:
+        _require_alike(checks, say)
     state: dict[str, Any] = {
         "kind": manifest.KIND,
         "id": identifier,
@@ -165,9 +181,16 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         "original_layout": (previous or {}).get("original_layout", checked.serving),
         "candidates": [],
     }
+    if len(checks) > 1:
+        state["hosts"] = options.hosts
+        state["original_layouts"] = (previous or {}).get("original_layouts") or {n: c.serving for n, c in checks.items()}
     for candidate in candidates:
         digest = digests[candidate.name]
         entry = _entry(candidate, digest, checked.verdicts.get(candidate.name))
+        if isinstance(candidate.entry, dict) and str(candidate.entry.get("nnodes", 1)) != "1":
+            spans = f"{candidate.name} spans several hosts (nodes: {candidate.entry.get('nodes')})"
+            fix = "the search launches one-box layouts. Fix: measure it with deploy.yml and benchmarks run"
+            entry.update(status="refused", reasons=[f"{spans}; {fix}"])
         if entry["status"] != "refused" and (kept := manifest.kept(previous, candidate.name, digest)):
             entry = {**kept, "kept_from_earlier_run": True}
         state["candidates"].append(entry)
@@ -192,27 +215,29 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         say(f"estimated time: about {estimate} (from {len(earlier)} candidates of earlier searches on {host}; updated later)")
     elif todo:
         say("estimated time: known after the first candidate (no earlier search on this host)")
-    interrupted = False
     by_name = {c.name: c for c in candidates}
-    for position, entry in enumerate(todo, 1):
+    lock = threading.Lock()  # the manifest and the tallies, shared by the hosts' threads
+
+    def save() -> None:
+        with lock:
+            manifest.save(state, path)
+
+    def launch(position: int, entry: dict[str, Any], on: str, interrupts: _Interrupts) -> bool:
+        """One candidate on host `on`: deploy, measure, record. True when the search must stop."""
         candidate = by_name[entry["name"]]
         began = time.monotonic()
-        say(f"[{position}/{len(todo)}] {candidate.name} ({candidate.label}): deploying")
-        entry.update(status="running", started=results.utc_stamp())
-        manifest.save(state, path)
-        interrupts = _Interrupts()
-        previous_handler = signal.signal(signal.SIGINT, interrupts)
-        try:
-            deployed = playbooks.deploy(
-                options.inventory,
-                host,
-                candidate.name,
-                layouts_for_deploy,
-                cancel=lambda i=interrupts: i.count > 1,
-                phase=lambda p, n=candidate.name: note(f"  {n}: {p}"),
-            )
-        finally:
-            signal.signal(signal.SIGINT, previous_handler)
+        where = f" on {on}" if len(options.hosts) > 1 else ""
+        say(f"[{position}/{len(todo)}] {candidate.name} ({candidate.label}): deploying{where}")
+        entry.update(status="running", started=results.utc_stamp(), **({"host": on} if where else {}))
+        save()
+        deployed = playbooks.deploy(
+            options.inventory,
+            on,
+            candidate.name,
+            layouts_for_deploy,
+            cancel=lambda: interrupts.count > 1,
+            phase=lambda p, n=candidate.name: note(f"  {n}: {p}{where}"),
+        )
         if not deployed.ok:
             entry.update(
                 status="interrupted" if interrupts.count > 1 else "failed_to_start",
@@ -220,38 +245,50 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
                 duration_s=round(time.monotonic() - began, 1),
                 finished=results.utc_stamp(),
             )
-            manifest.save(state, path)
+            save()
             say(f"  {candidate.name} did not start: {deployed.message.splitlines()[0] if deployed.message else 'no message'}")
-            if interrupts.stop:
-                interrupted = True
-                break
-            continue
+            return interrupts.stop
         entry["load_s"] = deployed.load_s
         entry["gpu_used_mib"] = deployed.gpu_used_mib
-        note(f"  {candidate.name}: serving" + (f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else ""))
+        note(f"  {candidate.name}: serving" + (f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else "") + where)
         if interrupts.stop:
             entry["status"] = "interrupted"
-            interrupted = True
-            manifest.save(state, path)
-            break
-        measured = _measure(candidate, entry, options, note, identifier)
+            save()
+            return True
+        measured = _measure(candidate, entry, options, note, identifier, on)
         entry["duration_s"] = round(time.monotonic() - began, 1)
         # The search's own cost: everything but loading the model and Locust sending requests.
         entry["overhead_s"] = round(entry["duration_s"] - (deployed.load_s or 0.0) - entry.get("locust_s", 0.0), 1)
         if measured == "interrupted":
             entry["status"] = "interrupted"
-            interrupted = True
-            manifest.save(state, path)
-            break
-        manifest.save(state, path)
-        durations.append(entry["duration_s"])
-        left = len(todo) - position
+            save()
+            return True
+        save()
+        with lock:
+            durations.append(entry["duration_s"])
+            left = sum(1 for e in todo if e["status"] in ("pending", "running")) / len(options.hosts)
         scores = entry.get("scores") or {}
         say(
             f"  {candidate.name}: {entry['status']}, C=1 {_fig(scores.get('c1'))} tok/s, peak {_fig(scores.get('peak'))} tok/s"
             f" at C={scores.get('peak_c') or '-'} ({entry.get('stopped') or 'all levels'}); {_minutes(entry['duration_s'])}"
             + (f"; about {_minutes(sum(durations) / len(durations) * left)} left" if left else "")
         )
+        return False
+
+    interrupted = False
+    queue = list(enumerate(todo, 1))
+    if len(options.hosts) == 1:
+        for position, entry in queue:
+            interrupts = _Interrupts()
+            previous_handler = signal.signal(signal.SIGINT, interrupts)
+            try:
+                interrupted = launch(position, entry, options.hosts[0], interrupts)
+            finally:
+                signal.signal(signal.SIGINT, previous_handler)
+            if interrupted:
+                break
+    else:
+        interrupted = _on_every_host(options.hosts, queue, launch)
     state["winners"] = _winners(state, options)
     if interrupted:
         manifest.save(state, path)
@@ -267,12 +304,58 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     return 0 if any(e["status"] == "measured" for e in state["candidates"]) else 1
 
 
+def _require_alike(checks: dict[str, playbooks.PreflightResult], say: Callable[[str], None]) -> None:
+    """Numbers from several hosts are compared as one box's only when the hosts are alike (nothing changed yet)."""
+    problems, notes = nodes.differences({name: check.identity or {} for name, check in checks.items()})
+    for line in notes:
+        say(f"  note: {line}")
+    if problems:
+        raise SearchError(
+            "the hosts differ, so their candidates' numbers would not compare: "
+            + "; ".join(problems)
+            + ". Search them one at a time, or make them alike (provision.yml, the same model files)"
+        )
+    verdicts = {name: {k: v.get("ok") for k, v in check.verdicts.items()} for name, check in checks.items()}
+    if len({json.dumps(v, sort_keys=True) for v in verdicts.values()}) > 1:
+        raise SearchError(f"preflight judged the candidates differently on {', '.join(checks)}: the hosts are not alike")
+
+
+def _on_every_host(
+    hosts: list[str], queue: list[tuple[int, dict[str, Any]]], launch: Callable[[int, dict[str, Any], str, _Interrupts], bool]
+) -> bool:
+    """The candidates in parallel, one per host at a time, each host taking the next as it finishes. True if interrupted."""
+    interrupts = _Interrupts()
+    taking = threading.Lock()
+    stopped = threading.Event()
+
+    def work(host: str) -> None:
+        while not stopped.is_set():
+            with taking:
+                if not queue:
+                    return
+                position, entry = queue.pop(0)
+            if launch(position, entry, host, interrupts):
+                stopped.set()
+
+    previous_handler = signal.signal(signal.SIGINT, interrupts)
+    try:
+        threads = [threading.Thread(target=work, args=(host,), name=f"search-{host}") for host in hosts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # wakes for Ctrl-C, which the handler counts
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+    return stopped.is_set() or interrupts.stop
+
+
 def _fig(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
 def _measure(
-    candidate: Candidate, entry: dict[str, Any], options: SearchOptions, note: Callable[[str], None], identifier: str
+    candidate: Candidate, entry: dict[str, Any], options: SearchOptions, note: Callable[[str], None], identifier: str, host: str
 ) -> str:
     """Every level on this one launch, lowest first, until the knee or the SLO; one run record for the candidate."""
     workload = options.workload
@@ -282,13 +365,13 @@ def _measure(
         "commit": results.project_commit(),
         "workload": dict(vars(workload)),
         "endpoint": "",
-        "server_host": options.server_host,
+        "server_host": host,
     }
     measured = measure_levels(
         workload,
         lambda one: run_sweep(
             one,
-            server_host=options.server_host,
+            server_host=host,
             inventory=options.inventory,
             loadgen=options.loadgen,
             api_key=options.api_key,
@@ -319,7 +402,7 @@ def _measure(
         },
     )
     if levels:
-        saved = results.save_record(record, options.results_dir, options.server_host, candidate.name)
+        saved = results.save_record(record, options.results_dir, host, candidate.name)
         entry["record"] = str(saved)
     entry.update(
         locust_s=round(locust_s, 1),
@@ -362,15 +445,25 @@ def _leave(state: dict[str, Any], options: SearchOptions, layouts: dict[str, Any
         why = f"the {options.objective} winner"
     else:
         target, why = state.get("original_layout") or "", "the layout serving before the search"
-    if not target:
+    if not target and not state.get("original_layouts"):
         say(f"leaving the box as it is: no {why}")
         return "as the search left it"
-    say(f"leaving {target} serving ({why}): deploy.yml -e layout={target}")
-    done = playbooks.deploy(options.inventory, options.server_host, target, layouts)
-    if not done.ok:
-        say(f"  could not leave {target} serving: {done.message}")
-        return f"failed to deploy {target}"
-    return target
+    originals = state.get("original_layouts") or {}
+    left = ""
+    for host in options.hosts:
+        goal = originals.get(host, target) if options.leave == "original" else target
+        if not goal:
+            say(f"leaving {host} as it is: no {why}")
+            left = left or "as the search left it"
+            continue
+        on = f" on {host}" if len(options.hosts) > 1 else ""
+        say(f"leaving {goal} serving{on} ({why}): deploy.yml -e layout={goal}")
+        done = playbooks.deploy(options.inventory, host, goal, layouts)
+        if not done.ok:
+            say(f"  could not leave {goal} serving{on}: {done.message}")
+            return f"failed to deploy {goal}"
+        left = left or goal
+    return left
 
 
 def main_search(options: SearchOptions) -> int:

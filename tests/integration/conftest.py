@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.rehearsal import box as boxes
-from tests.rehearsal import gpu_host, standin
+from tests.rehearsal import gpu_host, gpu_pair, standin
 from tests.rehearsal.playbook import PlaybookRun, run_playbook
 
 
@@ -40,3 +40,15 @@ def provisioned(box_support, cuda_repo, tmp_path_factory) -> Iterator[Provisione
         first = run_playbook("playbooks/provision.yml", inventory)
         assert first.returncode == 0, first.output[-4000:]
         yield ProvisionedBox(box, inventory, first, port)
+
+
+@pytest.fixture(scope="session")
+def gpu_pair_boxes(box_support, cuda_repo, tmp_path_factory) -> Iterator[gpu_pair.Pair]:
+    """Two boxes provisioned by playbooks/provision.yml in one inventory (tests/rehearsal/gpu_pair.py)."""
+    with boxes.running_box() as a, boxes.running_box() as b:
+        ports = {a.name: boxes.free_port(), b.name: boxes.free_port()}
+        dist = boxes.free_port()
+        inventory = gpu_pair.write_inventory(a, b, tmp_path_factory.mktemp("pair"), cuda_repo.base_url, ports, dist)
+        provisioned = run_playbook("playbooks/provision.yml", inventory)
+        assert provisioned.returncode == 0, provisioned.output[-4000:]
+        yield gpu_pair.Pair(a, b, inventory, ports, dist)

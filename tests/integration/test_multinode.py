@@ -10,60 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.rehearsal import box as boxes
-from tests.rehearsal import gpu_host, standin
-from tests.rehearsal.playbook import PlaybookRun, run_playbook
+from tests.rehearsal import gpu_host
+from tests.rehearsal.gpu_pair import Pair, unit
+from tests.rehearsal.playbook import run_playbook
 from tests.rehearsal.standin import wait_http
-
-GROUP = "k26_pair"
-LAYOUTS = {
-    "ep8": {"tp": 8, "ep": 8},
-    "tp16": {"description": "TP16 over two 8-GPU boxes", "tp": 16, "nnodes": 2, "nodes": GROUP},
-    # 4 GPUs per box: ~69 GiB of weights per GPU, more than box b really has in the rollback test.
-    "tp8x2": {"tp": 8, "nnodes": 2, "nodes": GROUP},
-}
-
-
-def unit(layout: str) -> str:
-    return f"sglang-k26-{layout}.service"
-
-
-@dataclass
-class Pair:
-    a: boxes.Box
-    b: boxes.Box
-    inventory: Path
-    ports: dict[str, int]
-    dist_port: int
-
-    @property
-    def boxes(self) -> tuple[boxes.Box, boxes.Box]:
-        return self.a, self.b
-
-    def deploy(self, layout: str, *options: str) -> PlaybookRun:
-        return run_playbook("deploy.yml", self.inventory, None, "-e", f"layout={layout}", *options)
-
-    def show(self, box: boxes.Box, layout: str, prop: str) -> str:
-        return box.run("systemctl", "show", f"--property={prop}", "--value", unit(layout)).stdout.strip()
-
-    def active(self, box: boxes.Box, layout: str) -> str:
-        return box.run("systemctl", "is-active", unit(layout), check=False).stdout.strip()
-
-    def fact(self, box: boxes.Box) -> dict:
-        return json.loads(box.run("sudo", "cat", "/etc/ansible/facts.d/sglang_service.fact").stdout)
-
-    def url(self, box: boxes.Box) -> str:
-        return f"http://127.0.0.1:{self.ports[box.name]}"
-
-    def pids(self, layout: str) -> list[str]:
-        return [self.show(box, layout, "MainPID") for box in self.boxes]
 
 
 def fatal_line(stdout: str, host: str) -> str:
@@ -71,29 +24,9 @@ def fatal_line(stdout: str, host: str) -> str:
     return [line for line in stdout.splitlines() if line.startswith(f"fatal: [{host}]")][-1]
 
 
-def _inventory(a: boxes.Box, b: boxes.Box, directory: Path, repo_base_url: str, ports: dict[str, int], dist: int) -> Path:
-    for box in (a, b):
-        gpu_host.prepare(box, directory, repo_base_url)  # stand-in edges and the model on each box
-    settings = {**standin.provision_vars(repo_base_url), "sglang_layouts": LAYOUTS, "sglang_dist_init_port": dist}
-    hosts = {
-        box.name: {**box.inventory()["sglang_servers"]["hosts"][box.name], **settings, **gpu_host.serving_vars(ports[box.name])}
-        for box in (a, b)
-    }
-    inventory = {"sglang_servers": {"hosts": hosts}, GROUP: {"hosts": {a.name: None, b.name: None}}}
-    path = directory / "hosts.yml"
-    path.write_text(yaml.safe_dump(inventory, sort_keys=False))
-    return path
-
-
 @pytest.fixture(scope="module")
-def pair(box_support, cuda_repo, tmp_path_factory) -> Iterator[Pair]:
-    with boxes.running_box() as a, boxes.running_box() as b:
-        ports = {a.name: boxes.free_port(), b.name: boxes.free_port()}
-        dist = boxes.free_port()
-        inventory = _inventory(a, b, tmp_path_factory.mktemp("pair"), cuda_repo.base_url, ports, dist)
-        provisioned = run_playbook("playbooks/provision.yml", inventory)
-        assert provisioned.returncode == 0, provisioned.output[-4000:]
-        yield Pair(a, b, inventory, ports, dist)
+def pair(gpu_pair_boxes) -> Pair:
+    return gpu_pair_boxes
 
 
 def test_a_layout_across_two_boxes_starts_every_rank_and_serves_from_rank_0(pair):
