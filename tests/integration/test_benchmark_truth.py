@@ -48,7 +48,7 @@ def benchmarked(provisioned, declared_vars, tmp_path_factory):
     with urllib.request.urlopen(f"http://127.0.0.1:{provisioned.port}/standin/emitted", timeout=10) as answer:
         emitted = sorted(json.loads(answer.read())["times"])
     # Back to the declared arguments, as the other tests expect.
-    assert provisioned.playbook("deploy.yml", "-e", "layout=ep8").returncode == 0
+    provisioned.playbook("deploy.yml", "-e", "layout=ep8").succeeded()
     return done.stdout, path, json.loads(path.read_text()), emitted
 
 

@@ -8,13 +8,11 @@ on real hosts). The tests run in file order on the same two boxes.
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
-from tests.rehearsal import gpu_host
-from tests.rehearsal.gpu_pair import Pair, unit
+from tests.rehearsal.gpu_pair import Pair, changed_json, model_config, unit
 from tests.rehearsal.playbook import run_playbook
 from tests.rehearsal.standin import wait_http
 
@@ -61,27 +59,17 @@ def test_a_node_left_out_or_unlike_the_others_is_refused_before_anything_changes
     assert limited.returncode != 0
     assert f"{pair.b.name} is not in this run" in limited.output and "nothing was changed" in limited.output
 
-    config = pair.b.root / gpu_host.MODEL_PATH.lstrip("/") / "config.json"
-    original = config.read_text()
-    config.write_text(json.dumps({**json.loads(original), "num_hidden_layers": 60}))
-    try:
+    with changed_json(model_config(pair.b), num_hidden_layers=60):
         unlike = pair.deploy("tp8x2")
-    finally:
-        config.write_text(original)
     assert unlike.returncode != 0
     assert "The nodes of tp8x2 differ: model files (config.json and safetensors index) differ" in unlike.output
     assert pair.pids("tp16") == before and [pair.active(box, "tp8x2") for box in pair.boxes] == ["inactive", "inactive"]
 
 
 def test_a_rank_that_fails_to_load_rolls_every_node_back_each_with_its_own_diagnosis(pair):
-    simulation = pair.b.root / "etc" / "sglang-standin.json"
-    original = simulation.read_text()
     # Box b's GPUs really hold 70 GiB, though its record says 95: only loading finds out (on b, rank 1).
-    simulation.write_text(json.dumps({**json.loads(original), "gpu_memory_gib": 70.0}))
-    try:
+    with changed_json(pair.b.root / "etc" / "sglang-standin.json", gpu_memory_gib=70.0):
         failed = pair.deploy("tp8x2")
-    finally:
-        simulation.write_text(original)
     assert failed.returncode != 0
     fatal = {box.name: fatal_line(failed.stdout, box.name) for box in pair.boxes}
     assert "did not start on " + pair.b.name + " (node rank 1 of 2)" in fatal[pair.b.name]

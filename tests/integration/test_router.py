@@ -41,7 +41,7 @@ def generate(router: str, tokens: int = 4) -> int:
 
 def test_the_real_router_spreads_round_robin_and_routes_around_a_dead_replica(provisioned, tmp_path):
     box = provisioned.box
-    assert provisioned.playbook("deploy.yml", "-e", "layout=ep8").returncode == 0
+    provisioned.playbook("deploy.yml", "-e", "layout=ep8").succeeded()
     port = boxes.free_port()
     router, replica = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{provisioned.port}"
     with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, other, _):
@@ -112,7 +112,7 @@ def test_a_rolling_swap_behind_the_router_loses_no_request(provisioned, declared
     box = provisioned.box
     # With /metrics the drain waits exactly until the replica has nothing running or queued.
     metrics = {"sglang_common_args": {**declared_vars["sglang_common_args"], "enable-metrics": True}}
-    assert provisioned.playbook("deploy.yml", "-e", "layout=ep8", extra_vars=metrics).returncode == 0
+    provisioned.playbook("deploy.yml", "-e", "layout=ep8", extra_vars=metrics).succeeded()
     port = boxes.free_port()
     router = f"http://127.0.0.1:{port}"
     with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, other, _):

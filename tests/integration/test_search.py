@@ -131,7 +131,7 @@ def test_running_the_same_search_again_launches_nothing(searched, provisioned):
 
 
 def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned, tmp_path):
-    assert provisioned.playbook("deploy.yml", "-e", "layout=tp8").returncode == 0
+    provisioned.playbook("deploy.yml", "-e", "layout=tp8").succeeded()
     results = tmp_path / "results"
     options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--levels", "1,16", "--leave", "original")
     process = subprocess.Popen(

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.rehearsal import gpu_host
 from tests.rehearsal.bench import benchmarks
-from tests.rehearsal.gpu_pair import Pair
+from tests.rehearsal.gpu_pair import Pair, changed_json, model_config
 
 CANDIDATES = "tp8,pp8,ep8,ep4,tp16"
 WORKLOAD = ("--levels", "1,16", "--output-tokens", "16", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0")
@@ -38,13 +37,8 @@ def manifest(results: Path) -> dict:
 def test_hosts_that_differ_are_refused_before_anything_changes(gpu_pair_boxes, tmp_path):
     pair = gpu_pair_boxes
     before = [pair.show(box, layout, "MainPID") for box in pair.boxes for layout in ("tp8", "ep8")]
-    config = pair.b.root / gpu_host.MODEL_PATH.lstrip("/") / "config.json"
-    original = config.read_text()
-    config.write_text(json.dumps({**json.loads(original), "num_hidden_layers": 60}))
-    try:
+    with changed_json(model_config(pair.b), num_hidden_layers=60):
         done = search(pair, tmp_path / "r", f"{pair.a.name},{pair.b.name}")
-    finally:
-        config.write_text(original)
     assert done.returncode == 2
     assert "the hosts differ" in done.stderr and "model files (config.json and safetensors index) differ" in done.stderr
     assert [pair.show(box, layout, "MainPID") for box in pair.boxes for layout in ("tp8", "ep8")] == before

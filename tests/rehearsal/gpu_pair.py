@@ -7,6 +7,8 @@ the host's network, so each has its own API port; rank 0 listens for the rendezv
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +61,22 @@ class Pair:
 
     def pids(self, layout: str) -> list[str]:
         return [self.show(box, layout, "MainPID") for box in self.boxes]
+
+
+@contextmanager
+def changed_json(path: Path, **fields: object) -> Iterator[None]:
+    """A box's JSON file with some fields changed (a model's config.json, the stand-in's simulation) for the
+    length of the block, put back as it was afterwards."""
+    original = path.read_text()
+    path.write_text(json.dumps({**json.loads(original), **fields}))
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+def model_config(box: boxes.Box) -> Path:
+    return box.root / gpu_host.MODEL_PATH.lstrip("/") / "config.json"
 
 
 def write_inventory(a: boxes.Box, b: boxes.Box, directory: Path, repo_base_url: str, ports: dict[str, int], dist: int) -> Path:

@@ -36,6 +36,12 @@ class PlaybookRun:
     def output(self) -> str:
         return self.stdout + self.stderr
 
+    def succeeded(self) -> PlaybookRun:
+        """Itself when the playbook passed; otherwise an AssertionError carrying the end of its output."""
+        if self.returncode != 0:
+            raise AssertionError(f"playbook exited {self.returncode}:\n{self.output[-4000:]}")
+        return self
+
 
 def ansible_env() -> dict[str, str]:
     return tool_env(ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")

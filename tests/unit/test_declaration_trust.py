@@ -17,10 +17,9 @@ from sglang_layout.errors import DeclarationError
 from sglang_layout.preflight import Facts, check_layout
 from sglang_layout.schema import parse_layout, parse_layouts, server_settings
 from sglang_layout.sources import declaration_from_vars, load_yaml_vars
-from sglang_layout.unit import unit_spec
+from tests.unit import specs
 
 INJECTION = "EP8\n[Service]\nExecStartPre=+/bin/touch /tmp/x"
-UNIT_ARGS = {"venv": "/opt/sglang/venv-0.5.23", "python_version": "3.12", "cuda_home": "/usr/local/cuda-13.0"}
 
 
 def refused(call, *args, **kwargs) -> DeclarationError:
@@ -105,9 +104,9 @@ def test_server_settings_are_checked(field, value):
 def test_the_unit_renders_only_checked_paths():
     layout = parse_layout("ep8", {"tp": 8})
     with pytest.raises(DeclarationError, match="venv"):
-        unit_spec(layout, model_slug="k26", model_path="/m", port=1, host="127.0.0.1", **{**UNIT_ARGS, "venv": "/opt/x\ny"})
+        specs.spec(layout, venv="/opt/x\ny")
     with pytest.raises(DeclarationError, match="install environment"):
-        unit_spec(layout, model_slug="k26", model_path="/m", port=1, host="127.0.0.1", base_env={"A": "1\n2"}, **UNIT_ARGS)
+        specs.spec(layout, base_env={"A": "1\n2"})
 
 
 # --- 2. reserved flags cannot be smuggled in -----------------------------------------------------
@@ -169,24 +168,16 @@ def test_secrets_are_refused_in_args_and_not_echoed(name):
 
 def test_secrets_are_passed_as_a_credential_file_never_in_argv():
     layout = parse_layout("ep8", {"tp": 8})
-    spec = unit_spec(
-        layout,
-        model_slug="k26",
-        model_path="/m",
-        port=30001,
-        host="0.0.0.0",
-        secrets_source="/etc/sglang/secrets/k26.yaml",
-        **UNIT_ARGS,
-    ).to_dict()
+    spec = specs.spec(layout, secrets_source="/etc/sglang/secrets/k26.yaml").to_dict()
     assert spec["argv"][-2:] == ["--config", command.SECRETS_FILE_IN_UNIT]
     assert spec["exec_start"].endswith("--config %d/sglang-secrets.yaml")  # %d: the only specifier left unescaped
     assert spec["credential_line"] == "sglang-secrets.yaml:/etc/sglang/secrets/k26.yaml"
     assert spec["command"].endswith("--config '$CREDENTIALS_DIRECTORY/sglang-secrets.yaml'")
-    plain = unit_spec(layout, model_slug="k26", model_path="/m", port=30001, host="0.0.0.0", **UNIT_ARGS).to_dict()
+    plain = specs.spec(layout).to_dict()
     assert "--config" not in plain["argv"] and plain["credential_line"] == ""
     # A declared value that spells the credential path is still escaped: only our own word is special.
     own = parse_layout("ep8", {"args": {"served-model-name": "%d/sglang-secrets.yaml x"}})
-    rendered = unit_spec(own, model_slug="k26", model_path="/m", port=1, host="127.0.0.1", **UNIT_ARGS).exec_start
+    rendered = specs.spec(own).exec_start
     assert '"%%d/sglang-secrets.yaml x"' in rendered
 
 

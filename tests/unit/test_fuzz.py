@@ -18,7 +18,7 @@ from sglang_layout.model_size import ModelConfigError
 from sglang_layout.preflight import Facts, check_all
 from sglang_layout.schema import parse_layouts, server_settings
 from sglang_layout.sources import declaration_from_vars, flag_table_from_text
-from sglang_layout.unit import unit_spec
+from tests.unit import specs
 
 FUZZ = settings(max_examples=400, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
 
@@ -95,16 +95,7 @@ def test_declaration_is_checked_or_refused_never_crashes(layouts, common_args, s
     verdicts = check_all(parsed, Facts(gpu_count=8, gpu_memory_gib=95.0))
     assert len(verdicts) == len(parsed)
     for layout in parsed.values():
-        spec = unit_spec(
-            layout,
-            model_slug=settings_.model_slug,
-            model_path="/srv/m",
-            port=settings_.port,
-            host="127.0.0.1",
-            venv="/opt/v",
-            python_version="3.12",
-            cuda_home="/usr/local/cuda",
-        )
+        spec = specs.spec(layout, model_slug=settings_.model_slug, port=settings_.port, host="127.0.0.1")
         unit = spec.to_dict()
         for line in [spec.exec_start, *unit["environment_lines"], *unit["hardening_lines"]]:
             assert "\n" not in line and "\r" not in line

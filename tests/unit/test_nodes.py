@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_layout import command, diagnosis, nodes, parallel, unit
+from sglang_layout import command, diagnosis, nodes, parallel
 from sglang_layout.errors import DeclarationError
 from sglang_layout.schema import parse_layout
+from tests.unit import specs
 
 GROUPS = {"all": ["a", "b", "c"], "pair": ["a", "b"], "trio": ["a", "b", "c"]}
 TP16 = {"tp": 16, "nnodes": 2, "nodes": "pair"}
@@ -76,20 +77,7 @@ def test_the_dist_init_address_is_checked_and_ipv6_is_bracketed():
 def test_every_node_runs_the_same_command_but_its_rank():
     layout = parse_layout("tp16", TP16)
     address = nodes.dist_init_addr("10.0.0.1", 20000)
-    commands = [
-        unit.unit_spec(
-            layout,
-            model_slug="k26",
-            model_path="/srv/m",
-            port=30001,
-            host="0.0.0.0",
-            venv="/opt/sglang/venv-0.5.23",
-            python_version="3.11",
-            cuda_home="/usr/local/cuda",
-            node=nodes.place(2, ["a", "b"], host, address),
-        ).argv
-        for host in ("a", "b")
-    ]
+    commands = [specs.spec(layout, node=nodes.place(2, ["a", "b"], host, address)).argv for host in ("a", "b")]
     at = commands[0].index("--nnodes")
     assert commands[0][at : at + 6] == ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:20000"]
     assert commands[1][at : at + 6] == ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:20000"]

@@ -3,7 +3,8 @@
 import shlex
 
 from sglang_layout.schema import parse_layout
-from sglang_layout.unit import systemd_assignment, systemd_word, unit_spec
+from sglang_layout.unit import systemd_assignment, systemd_word
+from tests.unit import specs
 
 
 def test_plain_words_stay_plain_and_specials_are_escaped():
@@ -18,16 +19,7 @@ def test_plain_words_stay_plain_and_specials_are_escaped():
 def test_exec_start_reads_back_as_the_same_argv():
     args = {"json-model-override-args": '{"a": "b c"}', "served-model-name": "kimi k2"}
     layout = parse_layout("ep8", {"tp": 8, "ep": 8, "args": args})
-    spec = unit_spec(
-        layout,
-        model_slug="k26",
-        model_path="/srv/models/K",
-        port=30001,
-        host="0.0.0.0",
-        venv="/opt/sglang/venv-0.5.23",
-        python_version="3.12",
-        cuda_home="/usr/local/cuda-13.0",
-    )
+    spec = specs.spec(layout)
     assert spec.name == "sglang-k26-ep8.service"
     # systemd's unquoting matches the shell's for what we emit (no % or $ here).
     assert shlex.split(spec.exec_start) == spec.argv
