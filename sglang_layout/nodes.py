@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_layout import text
+from sglang_layout import schema, text
 
 # What must be equal on every node before their numbers mean one layout: (key, what it is).
 MUST_MATCH = (
@@ -57,6 +57,14 @@ def span_hosts(layout_path: str, nnodes: int, group: str, groups: Mapping[str, S
             "make the group hold exactly nnodes hosts, or change nnodes",
         )
     return hosts
+
+
+def layout_span(layouts: Mapping[str, Any], layout: str, groups: Mapping[str, Sequence[str]], host: str) -> list[str]:
+    """The hosts a declared layout runs on, rank 0 first; a one-box layout (or an undeclared one) runs on `host` alone."""
+    if layout not in layouts:
+        return [host]  # preflight names the missing layout
+    nnodes, group = schema.parse_span(f"sglang_layouts.{layout}", layouts[layout])
+    return span_hosts(f"sglang_layouts.{layout}", nnodes, group, groups, host)
 
 
 def dist_init_addr(address: Any, port: Any) -> str:

@@ -44,6 +44,19 @@ def read_declaration(inventory: Path, host: str) -> dict[str, Any]:
     return out
 
 
+def read_groups(inventory: Path) -> dict[str, list[str]]:
+    """The inventory's groups and their hosts in inventory order (the rank order of a multi-node layout)."""
+    import ansible_runner
+
+    out, err = ansible_runner.get_inventory(
+        action="list", inventories=[str(inventory)], response_format="json", quiet=True, envvars=_env()
+    )
+    if not isinstance(out, dict):
+        reason = (err or "").strip().splitlines()[-1:] or ["no groups"]
+        raise PlaybookError(f"the inventory {inventory} could not be read: {reason[0]}")
+    return {name: list(group.get("hosts") or []) for name, group in out.items() if isinstance(group, dict) and name != "_meta"}
+
+
 def _run(
     playbook: str,
     inventory: Path,
@@ -146,7 +159,8 @@ def deploy(
     cancel: Callable[[], bool] = lambda: False,
     phase: Callable[[str], None] = lambda _: None,
 ) -> DeployResult:
-    """deploy.yml -e layout=NAME with the candidates declared beside the layouts."""
+    """deploy.yml -e layout=NAME on `host` (every node, comma-separated, for a multi-node layout), with the
+    candidates declared beside the layouts."""
     events: list[dict[str, Any]] = []
     said: set[str] = set()
 
@@ -163,7 +177,8 @@ def deploy(
     for event in events:
         if event.get("event") == "playbook_on_stats":
             stats = event.get("event_data", {}).get("artifact_data") or {}
-    swap = (stats.get("sglang_service_swaps") or {}).get(host) or {}
+    # A layout over several nodes is deployed on all of them (host "a,b"); rank 0's swap says how it went.
+    swap = (stats.get("sglang_service_swaps") or {}).get(host.split(",")[0]) or {}
     if runner.status == "successful":
         load = swap.get("load_s")
         swapped = str(swap.get("swapped")).lower() == "true"

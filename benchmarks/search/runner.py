@@ -184,13 +184,21 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     if len(checks) > 1:
         state["hosts"] = options.hosts
         state["original_layouts"] = (previous or {}).get("original_layouts") or {n: c.serving for n, c in checks.items()}
+    layouts_for_deploy = {**declaration["sglang_layouts"], **entries}
+    try:
+        groups = playbooks.read_groups(options.inventory)
+        spans = {c.name: nodes.layout_span(layouts_for_deploy, c.name, groups, options.hosts[0]) for c in candidates}
+    except (playbooks.PlaybookError, DeclarationError) as exc:
+        raise SearchError(str(exc)) from exc
     for candidate in candidates:
         digest = digests[candidate.name]
         entry = _entry(candidate, digest, checked.verdicts.get(candidate.name))
-        if isinstance(candidate.entry, dict) and str(candidate.entry.get("nnodes", 1)) != "1":
-            spans = f"{candidate.name} spans several hosts (nodes: {candidate.entry.get('nodes')})"
-            fix = "the search launches one-box layouts. Fix: measure it with deploy.yml and benchmarks run"
-            entry.update(status="refused", reasons=[f"{spans}; {fix}"])
+        span = spans[candidate.name]
+        if len(span) > 1 and entry["status"] != "refused":
+            if missing := [h for h in span if h not in options.hosts]:
+                entry.update(status="refused", reasons=[_span_refusal(candidate.name, span, missing)])
+            else:
+                entry["nodes"] = span  # launched after the one-box candidates, on all its nodes at once
         if entry["status"] != "refused" and (kept := manifest.kept(previous, candidate.name, digest)):
             entry = {**kept, "kept_from_earlier_run": True}
         state["candidates"].append(entry)
@@ -207,7 +215,6 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         + f"; levels {','.join(map(str, workload.levels))} until the knee ({100 * options.knee:.0f}%)"
         + ("" if not options.slo else f" or the SLO ({', '.join(f'{b.name}<={b.limit_ms:g} ms' for b in options.slo)})")
     )
-    layouts_for_deploy = {**declaration["sglang_layouts"], **entries}
     durations: list[float] = []
     earlier = manifest.earlier_durations(options.results_dir, host)
     if todo and earlier:
@@ -226,13 +233,15 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         """One candidate on host `on`: deploy, measure, record. True when the search must stop."""
         candidate = by_name[entry["name"]]
         began = time.monotonic()
-        where = f" on {on}" if len(options.hosts) > 1 else ""
+        span = entry.get("nodes") or [on]  # a multi-node candidate: every node, measured through rank 0
+        on = span[0]
+        where = f" on {' + '.join(span)}" if len(options.hosts) > 1 else ""
         say(f"[{position}/{len(todo)}] {candidate.name} ({candidate.label}): deploying{where}")
-        entry.update(status="running", started=results.utc_stamp(), **({"host": on} if where else {}))
+        entry.update(status="running", started=results.utc_stamp(), **({"host": "+".join(span)} if where else {}))
         save()
         deployed = playbooks.deploy(
             options.inventory,
-            on,
+            ",".join(span),
             candidate.name,
             layouts_for_deploy,
             cancel=lambda: interrupts.count > 1,
@@ -277,24 +286,26 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
 
     interrupted = False
     queue = list(enumerate(todo, 1))
-    if len(options.hosts) == 1:
-        for position, entry in queue:
-            interrupts = _Interrupts()
-            previous_handler = signal.signal(signal.SIGINT, interrupts)
-            try:
-                interrupted = launch(position, entry, options.hosts[0], interrupts)
-            finally:
-                signal.signal(signal.SIGINT, previous_handler)
-            if interrupted:
-                break
-    else:
-        interrupted = _on_every_host(options.hosts, queue, launch)
+    # One-box candidates one per host at a time; then each multi-node one alone, on all its nodes.
+    one_box = [(position, entry) for position, entry in queue if "nodes" not in entry]
+    spanning = [(position, entry) for position, entry in queue if "nodes" in entry]
+    if len(options.hosts) > 1 and one_box:
+        interrupted = _on_every_host(options.hosts, one_box, launch)
+    for position, entry in [] if interrupted else (spanning if len(options.hosts) > 1 else queue):
+        interrupts = _Interrupts()
+        previous_handler = signal.signal(signal.SIGINT, interrupts)
+        try:
+            interrupted = launch(position, entry, options.hosts[0], interrupts)
+        finally:
+            signal.signal(signal.SIGINT, previous_handler)
+        if interrupted:
+            break
     state["winners"] = _winners(state, options)
     if interrupted:
         manifest.save(state, path)
         say(f"search interrupted: finished candidates are kept. Resume with the same command (or --resume {identifier}).")
         return 130
-    state["serving_at_end"] = _leave(state, options, layouts_for_deploy, say)
+    state["serving_at_end"] = _leave(state, options, layouts_for_deploy, groups, say)
     state["finished"] = results.utc_stamp()
     state["wall_s"] = round(time.monotonic() - started_all, 1)
     manifest.save(state, path)
@@ -302,6 +313,13 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     say(search_report.text(state, entries))
     say(f"manifest {path}\nreport {outputs['markdown']}" + (f"\nplots {outputs['plot']}" if outputs.get("plot") else ""))
     return 0 if any(e["status"] == "measured" for e in state["candidates"]) else 1
+
+
+def _span_refusal(name: str, span: list[str], missing: list[str]) -> str:
+    return (
+        f"{name} spans {', '.join(span)} (a multi-node layout) but {', '.join(missing)} "
+        f"{'is' if len(missing) == 1 else 'are'} not among the searched hosts. Fix: --server-hosts {','.join(span)}"
+    )
 
 
 def _require_alike(checks: dict[str, playbooks.PreflightResult], say: Callable[[str], None]) -> None:
@@ -435,8 +453,16 @@ def _winners(state: dict[str, Any], options: SearchOptions) -> dict[str, Any]:
     return found
 
 
-def _leave(state: dict[str, Any], options: SearchOptions, layouts: dict[str, Any], say: Callable[[str], None]) -> str:
-    """Deploy what the user asked to be serving at the end: the winner, the layout from before, or nothing changed."""
+def _leave(
+    state: dict[str, Any],
+    options: SearchOptions,
+    layouts: dict[str, Any],
+    groups: dict[str, list[str]],
+    say: Callable[[str], None],
+) -> str:
+    """Deploy what the user asked to be serving at the end: the winner, the layout from before, or nothing changed.
+
+    A multi-node layout is deployed once on all its nodes; a searched host outside its nodes is left as it is."""
     if options.leave == "none":
         return "as the search left it"
     if options.leave == "best":
@@ -449,16 +475,27 @@ def _leave(state: dict[str, Any], options: SearchOptions, layouts: dict[str, Any
         say(f"leaving the box as it is: no {why}")
         return "as the search left it"
     originals = state.get("original_layouts") or {}
-    left = ""
+    left, placed = "", set()
     for host in options.hosts:
         goal = originals.get(host, target) if options.leave == "original" else target
         if not goal:
             say(f"leaving {host} as it is: no {why}")
             left = left or "as the search left it"
             continue
-        on = f" on {host}" if len(options.hosts) > 1 else ""
+        if host in placed:
+            continue  # deployed with the other nodes of its layout
+        try:
+            span = nodes.layout_span(layouts, goal, groups, host)
+        except DeclarationError as exc:
+            say(f"  could not leave {goal} serving on {host}: {exc}")
+            return f"failed to deploy {goal}"
+        if host not in span:
+            say(f"leaving {host} as it is: {goal} runs on {', '.join(span)}")
+            continue
+        placed.update(span)
+        on = f" on {' + '.join(span)}" if len(options.hosts) > 1 or len(span) > 1 else ""
         say(f"leaving {goal} serving{on} ({why}): deploy.yml -e layout={goal}")
-        done = playbooks.deploy(options.inventory, host, goal, layouts)
+        done = playbooks.deploy(options.inventory, ",".join(span), goal, layouts)
         if not done.ok:
             say(f"  could not leave {goal} serving{on}: {done.message}")
             return f"failed to deploy {goal}"

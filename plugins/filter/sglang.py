@@ -13,7 +13,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import diagnosis, flags, gpus, nodes, router, schema, secrets
+from sglang_layout import diagnosis, flags, gpus, nodes, router, secrets
 from sglang_layout.errors import DeclarationError
 
 
@@ -62,11 +62,9 @@ def sglang_router_unit(settings: dict[str, Any]) -> dict[str, Any]:
 
 def sglang_node_span(layouts: dict[str, Any], layout: str, groups: dict[str, list[str]], host: str) -> dict[str, Any]:
     """The hosts a layout runs on in rank order ({nnodes, hosts}); one-box layouts run on `host` alone."""
-    if not isinstance(layouts, dict) or layout not in layouts:
-        return {"nnodes": 1, "hosts": [host]}  # preflight names the missing layout
     try:
-        nnodes, group = schema.parse_span(f"sglang_layouts.{layout}", layouts[layout])
-        return {"nnodes": nnodes, "hosts": nodes.span_hosts(f"sglang_layouts.{layout}", nnodes, group, groups, host)}
+        hosts = nodes.layout_span(layouts if isinstance(layouts, dict) else {}, layout, groups, host)
+        return {"nnodes": len(hosts), "hosts": hosts}
     except DeclarationError as exc:
         raise AnsibleFilterError(f"{exc}. Nothing was changed.") from exc
 

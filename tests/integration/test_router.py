@@ -1,6 +1,6 @@
 """The REAL sglang-router from PyPI (no stand-in), deployed by playbooks/router.yml on a rehearsal box, in
 front of two stand-in replicas: the box's own deployed layout and a second server on loopback (the box
-shares the host's network, so the router reaches both)."""
+shares the host's network, so the router reaches both); and the rolling swap of two managed boxes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import urllib.request
 
 from tests.rehearsal import box as boxes
 from tests.rehearsal.bench import benchmarks
+from tests.rehearsal.playbook import run_playbook
 from tests.rehearsal.standin import BOX_WHEELHOUSE, local_server, wait_http
 
 UNIT = "sglang-router-k26.service"
@@ -107,52 +108,53 @@ def test_bad_router_settings_are_refused_before_the_host_changes(provisioned):
     assert unit_file() == before
 
 
-def test_a_rolling_swap_behind_the_router_loses_no_request(provisioned, declared_vars, tmp_path):
-    """ep8 -> tp8 on the box, one replica at a time, while four clients keep sending through the router."""
-    box = provisioned.box
-    # With /metrics the drain waits exactly until the replica has nothing running or queued.
+def test_a_rolling_swap_of_two_boxes_behind_the_router_loses_no_request(gpu_pair_boxes, declared_vars):
+    """ep8 -> tp8 on two managed boxes, one box at a time, while four clients keep sending through the router
+    (on box a, in front of both boxes' layouts, as the inventory lists them)."""
+    pair = gpu_pair_boxes
+    # With /metrics the drain waits exactly until a replica has nothing running or queued.
     metrics = {"sglang_common_args": {**declared_vars["sglang_common_args"], "enable-metrics": True}}
-    provisioned.playbook("deploy.yml", "-e", "layout=ep8", extra_vars=metrics).succeeded()
+    run_playbook("deploy.yml", pair.inventory, metrics, "-e", "layout=ep8").succeeded()
     port = boxes.free_port()
     router = f"http://127.0.0.1:{port}"
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, other, _):
-        assert wait_http(other + "/health_generate", 20, process) == 200
-        settings = {
-            **metrics,
-            "sglang_router_port": port,
-            "sglang_router_policy": "round_robin",
-            "sglang_router_worker_urls": [other],
-            "sglang_router_find_links": [BOX_WHEELHOUSE],
-            "sglang_router_no_index": True,
-        }
+    settings = {
+        **metrics,
+        "sglang_router_port": port,
+        "sglang_router_policy": "round_robin",
+        "sglang_router_find_links": [BOX_WHEELHOUSE],
+        "sglang_router_no_index": True,
+    }
+    try:
+        run_playbook("playbooks/router.yml", pair.inventory, settings, "-e", f"router_hosts={pair.a.name}").succeeded()
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def client() -> None:
+            while not stop.is_set() and len(statuses) < 5000:
+                statuses.append(generate(router, tokens=32))
+
+        clients = [threading.Thread(target=client) for _ in range(4)]
+        for thread in clients:
+            thread.start()
         try:
-            placed = provisioned.playbook("playbooks/router.yml", "-e", f"router_hosts={box.name}", extra_vars=settings)
-            assert placed.returncode == 0, placed.output[-3000:]
-            statuses: list[int] = []
-            stop = threading.Event()
-
-            def client() -> None:
-                while not stop.is_set() and len(statuses) < 5000:
-                    statuses.append(generate(router, tokens=32))
-
-            clients = [threading.Thread(target=client) for _ in range(4)]
-            for thread in clients:
-                thread.start()
-            try:
-                rolled = provisioned.playbook(
-                    "playbooks/rolling_deploy.yml", "-e", "layout=tp8", "-e", f"router_host={box.name}", extra_vars=settings
-                )
-            finally:
-                stop.set()
-                for thread in clients:
-                    thread.join(timeout=60)
-            assert rolled.returncode == 0, rolled.output[-4000:]
-            assert "Leave | Take the replica out of the router" in rolled.stdout
-            assert "Join | Wait until the router routes to it" in rolled.stdout
-            assert len(statuses) > 20 and set(statuses) == {200}, sorted(set(statuses))
-            assert box.run("systemctl", "is-active", "sglang-k26-tp8.service", check=False).stdout.strip() == "active"
-            with urllib.request.urlopen(router + "/workers", timeout=10) as answer:
-                workers = json.loads(answer.read())["workers"]
-            assert sorted(w["url"] for w in workers if w["is_healthy"]) == sorted([f"http://127.0.0.1:{provisioned.port}", other])
+            rolled = run_playbook(
+                "playbooks/rolling_deploy.yml", pair.inventory, settings, "-e", "layout=tp8", "-e", f"router_host={pair.a.name}"
+            )
         finally:
-            box.run("sudo", "systemctl", "disable", "--now", UNIT, check=False)
+            stop.set()
+            for thread in clients:
+                thread.join(timeout=60)
+        rolled.succeeded()
+        # One box at a time: a is back in the router before b leaves it.
+        lines = rolled.stdout.splitlines()
+        leaves = [at for at, line in enumerate(lines) if "Leave | Take the replica out of the router" in line]
+        joins = [at for at, line in enumerate(lines) if "Join | Wait until the router routes to it" in line]
+        assert len(leaves) == len(joins) == 2 and leaves[0] < joins[0] < leaves[1] < joins[1]
+        assert len(statuses) > 20 and set(statuses) == {200}, sorted(set(statuses))
+        assert [pair.active(box, "tp8") for box in pair.boxes] == ["active", "active"]
+        assert [pair.active(box, "ep8") for box in pair.boxes] == ["inactive", "inactive"]
+        with urllib.request.urlopen(router + "/workers", timeout=10) as answer:
+            workers = json.loads(answer.read())["workers"]
+        assert sorted(w["url"] for w in workers if w["is_healthy"]) == sorted(pair.url(box) for box in pair.boxes)
+    finally:
+        pair.a.run("sudo", "systemctl", "disable", "--now", UNIT, check=False)

@@ -66,6 +66,15 @@ def test_ranks_follow_the_groups_inventory_order_and_only_its_hosts_take_part():
         nodes.span_hosts("sglang_layouts.tp16", 2, "quad", GROUPS, "a")
 
 
+def test_a_declared_layouts_span_is_its_group_or_this_host_alone():
+    layouts = {"tp16": TP16, "ep8": {"tp": 8, "ep": 8}}
+    assert nodes.layout_span(layouts, "tp16", GROUPS, "c") == ["a", "b"]  # whichever host asks
+    assert nodes.layout_span(layouts, "ep8", GROUPS, "c") == ["c"]
+    assert nodes.layout_span(layouts, "undeclared", GROUPS, "c") == ["c"]  # preflight names it
+    with pytest.raises(DeclarationError, match="nnodes is 2 but no inventory group"):
+        nodes.layout_span({"tp16": {"tp": 16, "nnodes": 2}}, "tp16", GROUPS, "a")
+
+
 def test_the_dist_init_address_is_checked_and_ipv6_is_bracketed():
     assert nodes.dist_init_addr("fd00::1", 20000) == "[fd00::1]:20000"
     assert nodes.dist_init_addr("gpu-box-1", 5000) == "gpu-box-1:5000"
