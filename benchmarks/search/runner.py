@@ -187,13 +187,16 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     layouts_for_deploy = {**declaration["sglang_layouts"], **entries}
     try:
         groups = playbooks.read_groups(options.inventory)
-        spans = {c.name: nodes.layout_span(layouts_for_deploy, c.name, groups, options.hosts[0]) for c in candidates}
-    except (playbooks.PlaybookError, DeclarationError) as exc:
+    except playbooks.PlaybookError as exc:
         raise SearchError(str(exc)) from exc
     for candidate in candidates:
         digest = digests[candidate.name]
         entry = _entry(candidate, digest, checked.verdicts.get(candidate.name))
-        span = spans[candidate.name]
+        try:
+            span = nodes.layout_span(layouts_for_deploy, candidate.name, groups, options.hosts[0])
+        except DeclarationError as exc:  # e.g. its nodes group is not in the inventory
+            span = []
+            entry.update(status="refused", reasons=[str(exc)])
         if len(span) > 1 and entry["status"] != "refused":
             if missing := [h for h in span if h not in options.hosts]:
                 entry.update(status="refused", reasons=[_span_refusal(candidate.name, span, missing)])
@@ -462,7 +465,8 @@ def _leave(
 ) -> str:
     """Deploy what the user asked to be serving at the end: the winner, the layout from before, or nothing changed.
 
-    A multi-node layout is deployed once on all its nodes; a searched host outside its nodes is left as it is."""
+    Each layout is deployed once, on all its hosts at once (all its nodes, for a multi-node layout); a
+    searched host outside a multi-node winner's nodes is left as it is."""
     if options.leave == "none":
         return "as the search left it"
     if options.leave == "best":
@@ -475,15 +479,14 @@ def _leave(
         say(f"leaving the box as it is: no {why}")
         return "as the search left it"
     originals = state.get("original_layouts") or {}
-    left, placed = "", set()
+    left = ""
+    plan: dict[str, list[str]] = {}  # each layout to leave serving -> its hosts (one deploy.yml each, hosts in parallel)
     for host in options.hosts:
         goal = originals.get(host, target) if options.leave == "original" else target
         if not goal:
             say(f"leaving {host} as it is: no {why}")
             left = left or "as the search left it"
             continue
-        if host in placed:
-            continue  # deployed with the other nodes of its layout
         try:
             span = nodes.layout_span(layouts, goal, groups, host)
         except DeclarationError as exc:
@@ -492,10 +495,12 @@ def _leave(
         if host not in span:
             say(f"leaving {host} as it is: {goal} runs on {', '.join(span)}")
             continue
-        placed.update(span)
-        on = f" on {' + '.join(span)}" if len(options.hosts) > 1 or len(span) > 1 else ""
+        plan.setdefault(goal, [])
+        plan[goal] += [name for name in span if name not in plan[goal]]  # a multi-node layout: all its nodes
+    for goal, where in plan.items():
+        on = f" on {' + '.join(where)}" if len(options.hosts) > 1 or len(where) > 1 else ""
         say(f"leaving {goal} serving{on} ({why}): deploy.yml -e layout={goal}")
-        done = playbooks.deploy(options.inventory, ",".join(span), goal, layouts)
+        done = playbooks.deploy(options.inventory, ",".join(where), goal, layouts)
         if not done.ok:
             say(f"  could not leave {goal} serving{on}: {done.message}")
             return f"failed to deploy {goal}"
