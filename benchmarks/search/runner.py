@@ -233,7 +233,7 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
             manifest.save(state, path)
 
     def launch(position: int, entry: dict[str, Any], on: str, interrupts: _Interrupts) -> bool:
-        """One candidate on host `on`: deploy, measure, record. True when the search must stop."""
+        """One candidate on host `on` (on all its nodes, if multi-node): deploy, measure, record. True to stop the search."""
         candidate = by_name[entry["name"]]
         began = time.monotonic()
         span = entry.get("nodes") or [on]  # a multi-node candidate: every node, measured through rank 0
