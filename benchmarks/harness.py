@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -49,6 +50,9 @@ SCENARIOS = (
     Scenario("field peak: 256 streams, ~1,500 tok/s", 256, 170.0, 24),
     Scenario("heavy: 256 streams, 10 ms tokens", 256, 10.0, 128),
 )
+# One Locust process against two (--processes 2, as on two load generators) on the same load: what each
+# process still reads per CPU-second when the load is split, so what two load-generator machines take.
+SPLIT_SCENARIO = Scenario("split: 64 streams, 1 ms tokens", 64, 1.0, 256, rounds=10)
 OPEN_LOOP_SCENARIOS = (
     Scenario("open loop: 1,000 requests/s", 0, 1.0, 2, rate=1_000.0),
     Scenario("open loop: 10,000 requests/s", 0, 1.0, 2, rate=10_000.0, seconds=1.0),
@@ -131,7 +135,29 @@ def _read(path: Path) -> list[RequestRecord]:
     return out
 
 
+def _locust_argv(url: str, records: Path, output_tokens: int, run_time_s: int, *level_options: str) -> list[str]:
+    """Headless Locust on the project's workload (8-token prompts, no /metrics sampling), plus one level's options."""
+    return [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(REPO / "benchmarks" / "locustfile.py"),
+        "--headless",
+        "--only-summary",
+        "--loglevel=ERROR",
+        f"--run-time={run_time_s}s",
+        f"--host={url}",
+        f"--bench-output-tokens={output_tokens}",
+        "--bench-input-tokens=8",
+        "--bench-metrics-interval=0",
+        f"--bench-records={records}",
+        *level_options,
+    ]
+
+
 def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict[str, Any]:
+    """One client (locust, locust xN for N Locust processes, or asyncio) reading one scenario from the token server."""
     port, server_cpu = _free_port(), _pin(0)
     serve_argv = [sys.executable, "-m", "benchmarks", "harness", "serve", "--port", str(port), "--itl-ms", str(scenario.itl_ms)]
     server = subprocess.Popen(serve_argv, cwd=REPO, preexec_fn=lambda: os.sched_setaffinity(0, server_cpu))
@@ -142,52 +168,34 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
                 break
             except OSError:
                 time.sleep(0.1)
-        records = work / f"{client}-{scenario.concurrency}-{int(scenario.itl_ms)}-{int(scenario.rate)}.jsonl"
+        # One file per scenario and client: Locust appends, so a file met twice would mix two measurements.
+        records = work / (re.sub(r"[^a-z0-9]+", "-", f"{scenario.name} {client}".lower()).strip("-") + ".jsonl")
         requests = scenario.rounds * scenario.concurrency
         url = f"http://127.0.0.1:{port}"
         if scenario.rate:
-            argv = [
-                sys.executable,
-                "-m",
-                "locust",
-                "-f",
-                str(REPO / "benchmarks" / "locustfile.py"),
-                "--headless",
-                "--only-summary",
-                "--loglevel=ERROR",
+            argv = _locust_argv(
+                url,
+                records,
+                scenario.output_tokens,
+                # Well inside the timeout: a process that falls behind its schedule still stops and writes its records.
+                int(timeout / 4),
                 "--users=1",
                 "--spawn-rate=1",
-                # Well inside the timeout: a process that falls behind its schedule still stops and writes its records.
-                f"--run-time={int(timeout / 4)}s",
-                f"--host={url}",
                 f"--bench-request-rate={scenario.rate}",
                 f"--bench-warmup={int(scenario.rate * 0.2)}",
                 f"--bench-requests={int(scenario.rate * scenario.seconds)}",
-                f"--bench-output-tokens={scenario.output_tokens}",
-                "--bench-input-tokens=8",
-                "--bench-metrics-interval=0",
-                f"--bench-records={records}",
-            ]
-        elif client == "locust":
-            argv = [
-                sys.executable,
-                "-m",
-                "locust",
-                "-f",
-                str(REPO / "benchmarks" / "locustfile.py"),
-                "--headless",
-                "--only-summary",
-                "--loglevel=ERROR",
+            )
+        elif client.startswith("locust"):
+            argv = _locust_argv(
+                url,
+                records,
+                scenario.output_tokens,
+                int(timeout),
                 f"--users={scenario.concurrency}",
                 f"--spawn-rate={scenario.concurrency}",
-                f"--run-time={int(timeout)}s",
-                f"--host={url}",
-                f"--bench-output-tokens={scenario.output_tokens}",
                 f"--bench-requests={requests}",
-                "--bench-input-tokens=8",
-                "--bench-metrics-interval=0",
-                f"--bench-records={records}",
-            ]
+                *(["--processes", client.removeprefix("locust x")] if client.startswith("locust x") else []),
+            )
         else:
             argv = [
                 sys.executable,
@@ -303,6 +311,9 @@ def command_harness(args: argparse.Namespace) -> int:
             for client in ("locust", "asyncio"):
                 print(f"  {scenario.name}: {client} ...", flush=True)
                 rows.append(measure(scenario, client, Path(tmp), args.timeout))
+        for client in ("locust", "locust x2"):
+            print(f"  {SPLIT_SCENARIO.name}: {client} ...", flush=True)
+            rows.append(measure(SPLIT_SCENARIO, client, Path(tmp), args.timeout))
         open_rows = []
         for scenario in OPEN_LOOP_SCENARIOS:
             print(f"  {scenario.name}: locust ...", flush=True)
@@ -312,6 +323,15 @@ def command_harness(args: argparse.Namespace) -> int:
     capacity = {row["client"]: row["tok_per_cpu_s"] for row in rows if row["scenario"] == SCENARIOS[0].name}
     if capacity.get("locust") and capacity.get("asyncio"):
         print(f"Locust / asyncio tokens per CPU-second: {capacity['locust'] / capacity['asyncio']:.2f}")
+    split = {row["client"]: row for row in rows if row["scenario"] == SPLIT_SCENARIO.name}
+    one, two = split.get("locust", {}), split.get("locust x2", {})
+    if one.get("tok_per_cpu_s") and two.get("tok_per_cpu_s") and one.get("aggregate_tok_s") and two.get("aggregate_tok_s"):
+        ratio = two["tok_per_cpu_s"] / one["tok_per_cpu_s"]
+        print(
+            f"Two Locust processes / one, tokens per CPU-second: {ratio:.2f}, so two load-generator machines (a core each)"
+            f" take ~{2 * ratio:.2f}x one's load; their aggregate tok/s / one's on the same load:"
+            f" {two['aggregate_tok_s'] / one['aggregate_tok_s']:.3f}"
+        )
     record = {"kind": "sglang-harness-benchmark", "cpus": sorted(os.sched_getaffinity(0)), "rows": rows, "open_loop": open_rows}
     path = results.save_record(record, args.results_dir, "harness", "loadgen")
     print(f"saved {path}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sglang_layout.nodes import NodePlace
 from sglang_layout.schema import ArgValue, Layout
@@ -62,18 +62,25 @@ def launch_command(python: str, args: list[str]) -> list[str]:
     return [python, "-m", "sglang.launch_server", *args]
 
 
-def cuda_visible_devices(layout: Layout, first_gpu: int = 0) -> str:
-    """The GPUs a layout uses on each host: the first dp x tp x pp / nnodes."""
-    return ",".join(str(first_gpu + i) for i in range(layout.gpus_per_node))
+def cuda_visible_devices(layout: Layout, gpu_ids: Sequence[int] | None = None) -> str:
+    """The GPUs a layout uses on each host: the first dp x tp x pp / nnodes of its slice (else of the machine)."""
+    ids = list(gpu_ids) if gpu_ids else list(range(layout.gpus_per_node))
+    return ",".join(str(gpu) for gpu in ids[: layout.gpus_per_node])
 
 
 def service_environment(
-    layout: Layout, *, venv: str, cuda_home: str, python_version: str, base_env: Mapping[str, str] | None = None
+    layout: Layout,
+    *,
+    venv: str,
+    cuda_home: str,
+    python_version: str,
+    base_env: Mapping[str, str] | None = None,
+    gpu_ids: Sequence[int] | None = None,
 ) -> dict[str, str]:
     """The unit's environment, as in the field notes: venv's CUDA 13 libraries before the toolkit's."""
     site = f"{venv}/lib/python{python_version}/site-packages/nvidia"
     env = {
-        "CUDA_VISIBLE_DEVICES": cuda_visible_devices(layout),
+        "CUDA_VISIBLE_DEVICES": cuda_visible_devices(layout, gpu_ids),
         "PATH": f"{cuda_home}/bin:{venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LD_LIBRARY_PATH": f"{site}/cu13/lib:{site}/cuda_runtime/lib:{cuda_home}/lib64",
         "CUDA_HOME": cuda_home,

@@ -55,6 +55,10 @@ MAX_GPUS = 4096  # dp x tp x pp: bounds what is rendered (CUDA_VISIBLE_DEVICES) 
 MAX_ARGS = 256
 # Variables that load code into the server process: the declaration is data, never code.
 CODE_LOADING_ENV = frozenset({"LD_PRELOAD", "LD_AUDIT", "PYTHONSTARTUP", "PYTHONINSPECT", "BASH_ENV", "ENV", "PYTHONBREAKPOINT"})
+# Variables the project sets itself, and from what.
+PROJECT_ENV = {
+    "CUDA_VISIBLE_DEVICES": "the project picks the GPUs from the layout's sizes and the instance's sglang_gpu_ids",
+}
 # Server flags whose values the rules read: they must be numbers of the right kind and range.
 NUMERIC_ARGS: dict[str, tuple[type, float, float, float]] = {
     "mem-fraction-static": (float, 0.0, 1.0, 0.88),
@@ -236,6 +240,8 @@ def _env(path: str, raw: Any) -> dict[str, str]:
         text.matching(
             here, name, ENV_NAME, max_length=128, what="a valid environment variable name", fix="use [A-Za-z_][A-Za-z0-9_]*"
         )
+        if name in PROJECT_ENV:
+            raise text.refuse(here, value, PROJECT_ENV[name], "remove it from env")
         if name in CODE_LOADING_ENV:
             raise text.refuse(here, value, f"{name} loads code into the server", "remove it; install what you need into the venv")
         if isinstance(value, (Mapping, list)) or value is None:

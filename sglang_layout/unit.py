@@ -6,17 +6,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sglang_layout import command, defaults, hardening, text
+from sglang_layout import command, defaults, hardening, instances, text
 from sglang_layout.nodes import NodePlace
 from sglang_layout.schema import Layout
 
 _NEEDS_QUOTES = re.compile(r"""[\s"'\\;]""")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]*")
-
-
-def unit_name(model_slug: str, layout_name: str) -> str:
-    return f"sglang-{model_slug}-{layout_name}.service"
 
 
 def systemd_word(word: str) -> str:
@@ -98,11 +94,22 @@ def unit_spec(
     hardening_overrides: Mapping[str, hardening.HardeningValue | None] | None = None,
     secrets_source: str | None = None,
     node: NodePlace | None = None,
+    instance: str = "",
+    gpu_ids: list[int] | None = None,
 ) -> UnitSpec:
     """The unit for one layout: the field notes' command and environment, from the one renderer.
 
-    The paths that come from the host's install record are checked like the declaration's.
+    The paths that come from the host's install record are checked like the declaration's. An instance
+    (several servers on one machine) runs on its GPU slice, `gpu_ids`, under a unit name of its own.
     """
+    instance = instances.instance_name(instance)
+    if gpu_ids and len(gpu_ids) < layout.gpus_per_node:
+        raise text.refuse(
+            "sglang_gpu_ids",
+            gpu_ids,
+            f"{layout.name} needs {layout.gpus_per_node} GPUs per node, the slice has {len(gpu_ids)}",
+            "give the instance more GPUs or deploy a smaller layout",
+        )
     venv = text.absolute_path("venv", venv, example="/opt/sglang/venv-0.5.23")
     cuda_home = text.absolute_path("cuda_home", cuda_home, example="/usr/local/cuda-13.0")
     state_dir = text.absolute_path("state_dir", state_dir, example="/var/lib/sglang")
@@ -127,10 +134,10 @@ def unit_spec(
         for key, value in (base_env or {}).items()
     }
     environment = command.service_environment(
-        layout, venv=venv, cuda_home=cuda_home, python_version=python_version, base_env=base_env
+        layout, venv=venv, cuda_home=cuda_home, python_version=python_version, base_env=base_env, gpu_ids=gpu_ids
     )
     return UnitSpec(
-        name=unit_name(model_slug, layout.name),
+        name=instances.unit_name(model_slug, layout.name, instance),
         layout=layout.name,
         description=layout.description,
         argv=command.launch_command(f"{venv}/bin/python", args),

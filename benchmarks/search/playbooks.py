@@ -120,10 +120,11 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str 
         res = data.get("res", {})
         if str(data.get("task_action", "")).endswith("sglang_preflight"):
             found["verdicts"] = res.get("verdicts", {})
-        local = (res.get("ansible_facts") or {}).get("ansible_local")
-        if isinstance(local, dict):
-            found["serving"] = str((local.get("sglang_service") or {}).get("active_layout") or "")
-            found["local"] = local
+        facts = res.get("ansible_facts") or {}
+        if "sglang_service_serving" in facts:  # the role reads its own record (an instance's has its own name)
+            found["serving"] = str(facts["sglang_service_serving"] or "")
+        if isinstance(facts.get("ansible_local"), dict):
+            found["local"] = facts["ansible_local"]
         stat = res.get("stat") if isinstance(res.get("stat"), dict) else {}
         if stat.get("exists") and str(stat.get("path", "")).endswith(".json"):
             checksums[Path(str(stat["path"])).name] = str(stat.get("checksum", "?"))

@@ -43,6 +43,9 @@ ARGUMENT_SPEC = {
     "node_host": {"type": "str", "default": ""},
     "dist_init_address": {"type": "raw"},
     "dist_init_port": {"type": "raw", "default": defaults.DIST_INIT_PORT},
+    # Several servers on one machine: this one's name and GPU slice (sglang_layout.instances).
+    "instance": {"type": "str", "default": ""},
+    "gpu_ids": {"type": "list", "elements": "int", "default": []},
 }
 
 
@@ -76,6 +79,8 @@ class ActionModule(ActionBase):
                 hardening_overrides=parse_overrides("sglang_service_hardening", args["hardening"]),
                 secrets_source=args["secrets_source"] or None,
                 node=node,
+                instance=args["instance"],
+                gpu_ids=args["gpu_ids"] or None,
             )
         except (DeclarationError, ValueError) as exc:
             raise AnsibleActionFail(f"unit input: {exc}") from exc

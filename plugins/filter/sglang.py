@@ -13,7 +13,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import diagnosis, flags, gpus, nodes, router, secrets
+from sglang_layout import diagnosis, flags, gpus, instances, nodes, router, secrets
 from sglang_layout.errors import DeclarationError
 
 
@@ -69,6 +69,42 @@ def sglang_node_span(layouts: dict[str, Any], layout: str, groups: dict[str, lis
         raise AnsibleFilterError(f"{exc}. Nothing was changed.") from exc
 
 
+def sglang_instance_name(raw: Any) -> str:
+    """sglang_instance -> '' (the whole machine) or the checked instance name."""
+    try:
+        return instances.instance_name(raw)
+    except DeclarationError as exc:
+        raise AnsibleFilterError(f"{exc}. Nothing was changed.") from exc
+
+
+def sglang_service_fact(instance: str) -> str:
+    """The local fact that records what an instance (or the whole machine, '') serves."""
+    return instances.fact_name(instance)
+
+
+def sglang_unit_pattern(instance: str) -> str:
+    """The file names of an instance's units, as a regular expression."""
+    return instances.unit_pattern(instance)
+
+
+def sglang_gpu_slice(raw: Any, gpu_count: int) -> list[int]:
+    """sglang_gpu_ids -> the instance's GPU indices (every GPU of the machine when unset)."""
+    try:
+        return instances.gpu_slice(raw, int(gpu_count))
+    except DeclarationError as exc:
+        raise AnsibleFilterError(f"{exc}. Nothing was changed.") from exc
+
+
+def sglang_instance_conflicts(hostvars: Any, hosts: list[str]) -> list[str]:
+    """What server entries on one machine would fight over (whole machine, instance name, port, GPUs)."""
+    return instances.conflicts({host: hostvars[host] for host in hosts}, list(hosts))
+
+
+def sglang_first_on_machine(host: str, hostvars: Any, hosts: list[str]) -> bool:
+    """Whether `host` is the first of `hosts` on its machine."""
+    return instances.first_on_machine({h: hostvars[h] for h in hosts}, list(hosts), host)
+
+
 def sglang_node_differences(summaries: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
     """Each node's {gpus, sglang_version, model_digest} -> {problems, notes}: what differs between them."""
     found = {
@@ -90,4 +126,10 @@ class FilterModule:
             "sglang_router_unit": sglang_router_unit,
             "sglang_node_span": sglang_node_span,
             "sglang_node_differences": sglang_node_differences,
+            "sglang_instance_name": sglang_instance_name,
+            "sglang_service_fact": sglang_service_fact,
+            "sglang_unit_pattern": sglang_unit_pattern,
+            "sglang_gpu_slice": sglang_gpu_slice,
+            "sglang_instance_conflicts": sglang_instance_conflicts,
+            "sglang_first_on_machine": sglang_first_on_machine,
         }

@@ -99,14 +99,16 @@ def parse_holders(text: str, bus_ids: dict[str, int], wanted: set[int]) -> list[
     return holders
 
 
-def in_units(pid: int, units: list[str]) -> bool:
-    """Whether the process runs in one of these systemd units' cgroups (then it is theirs to free)."""
+def unit_of(pid: int) -> str:
+    """The systemd service whose cgroup the process runs in ('' when none or unreadable)."""
     try:
         with open(f"/proc/{pid}/cgroup") as handle:
             groups = handle.read()
     except OSError:
-        return False
-    return any(f"/{unit}" in groups for unit in units)
+        return ""
+    # The innermost service counts (a container's own unit may enclose it).
+    services = [part for line in groups.splitlines() for part in line.split("/") if part.endswith(".service")]
+    return services[-1] if services else ""
 
 
 def describe(holders: list[dict]) -> str:
@@ -116,7 +118,8 @@ def describe(holders: list[dict]) -> str:
         entry["gpus"].append(holder["gpu"])
         entry["mib"] += holder["used_mib"]
     return "; ".join(
-        f"pid {pid} ({item['name']}) on GPU {','.join(map(str, sorted(item['gpus'])))} holding {item['mib']} MiB"
+        f"pid {pid} ({item['name']}{', unit ' + unit_of(pid) if unit_of(pid) else ''})"
+        f" on GPU {','.join(map(str, sorted(item['gpus'])))} holding {item['mib']} MiB"
         for pid, item in sorted(by_pid.items())
     )
 
@@ -154,13 +157,14 @@ def main() -> None:
     while True:
         holders = parse_holders(ask(APPS_QUERY), bus_ids, wanted)
         if module.params["foreign_only"]:
-            holders = [h for h in holders if not in_units(h["pid"], module.params["foreign_only"])]
+            holders = [h for h in holders if unit_of(h["pid"]) not in module.params["foreign_only"]]
         result.update(holders=holders, used_mib=sum(h["used_mib"] for h in holders), elapsed=round(time.monotonic() - started, 1))
         if holders and module.params["fail_if_held"]:
             module.fail_json(
                 msg=(
-                    f"GPU {','.join(map(str, sorted(wanted)))} are in use by {describe(holders)}, outside this project's "
-                    "units. Stop those processes (a server started by hand?) and deploy again; nothing was changed."
+                    f"GPU {','.join(map(str, sorted(wanted)))} are in use by {describe(holders)}, outside this server's "
+                    "units. Stop those processes (a server started by hand, or a layout of another instance or of the "
+                    "whole machine on these GPUs: playbooks/stop.yml -e target=ITS_HOST) and deploy again; nothing was changed."
                 ),
                 outcome="held",
                 **result,

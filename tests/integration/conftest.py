@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.rehearsal import box as boxes
-from tests.rehearsal import gpu_host, gpu_pair, standin
+from tests.rehearsal import gpu_host, gpu_pair, instances, standin
 from tests.rehearsal.playbook import PlaybookRun, run_playbook
 
 
@@ -52,3 +53,19 @@ def gpu_pair_boxes(box_support, cuda_repo, tmp_path_factory) -> Iterator[gpu_pai
         provisioned = run_playbook("playbooks/provision.yml", inventory)
         assert provisioned.returncode == 0, provisioned.output[-4000:]
         yield gpu_pair.Pair(a, b, inventory, ports, dist)
+
+
+@pytest.fixture(scope="module")
+def two_instances(provisioned, tmp_path_factory) -> Iterator[instances.Instances]:
+    """Instances r0 (GPUs 0-3) and r1 (GPUs 4-7) on the shared provisioned box (tests/rehearsal/instances.py).
+
+    The box's whole-machine layouts are stopped first (a server without an instance owns every GPU, so the
+    instances' swap would rightly refuse them) and the instances are stopped at the end of the module, so
+    that the next tests on the box find its GPUs free.
+    """
+    box = provisioned.box
+    provisioned.playbook("playbooks/stop.yml").succeeded()
+    base = yaml.safe_load(provisioned.inventory.read_text())["sglang_servers"]["hosts"][box.name]
+    both = instances.prepare(box, tmp_path_factory.mktemp("instances"), base)
+    yield both
+    run_playbook("playbooks/stop.yml", both.inventory).succeeded()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -202,9 +203,11 @@ def test_both_endpoints_hold_the_clock_to_1_percent_at_c_1_16_64(tmp_path, endpo
 
     The clock is kept on average (absolute deadlines), but each of the stand-in's wake-ups lands up to a
     millisecond late (the event loop's timer granularity), so its own gap median sits ~2-4% above 10 ms
-    at C=1 while the mean holds. Measured: decode p50 within 1% everywhere; ITL mean within 0.4% at C=1
-    and 16 and ~1.1% at C=64 (both processes share this 2-core machine at 6,400 tok/s); ITL p50
-    10.2-10.4 ms at C=1 (the stand-in's jitter), 10.0 at C=64.
+    at C=1 while the mean holds. At C=64 both processes share this 2-core machine at 6,400 tok/s, and
+    on a loaded machine the server itself falls 1-2% behind its clock (CI measured 98.7 tok/s): the
+    client is held to 1% of what the server sent (its /standin/emitted streams), the clock to 3%.
+    Measured: decode p50 within 1% of the server's; ITL mean within 0.4% at C=1 and 16 and ~1.1% at
+    C=64; ITL p50 10.2-10.4 ms at C=1 (the stand-in's jitter), 10.0 at C=64.
     """
     simulation = {"load_seconds": 0.1, "itl_ms": {"default": 10.0}, "stream_interval": tokens_per_delta}
     with serving_locally(tmp_path, **simulation) as url:
@@ -213,12 +216,17 @@ def test_both_endpoints_hold_the_clock_to_1_percent_at_c_1_16_64(tmp_path, endpo
             *("--output-tokens", "30", "--input-tokens", "8", "--min-requests", "16", "--rounds", "2"),
             *("--level-timeout", "120", "--results-dir", str(tmp_path / "r")),
         )
+        with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
+            streams = json.loads(answer.read())["streams"]
     assert done.returncode == 0, done.stdout + done.stderr
     (run,) = stored(tmp_path / "r")
     assert [level["concurrency"] for level in run["levels"]] == [1, 16, 64]
     for level in run["levels"]:
-        assert level["decode_tok_s"]["p50"] == pytest.approx(100.0, rel=0.01), (level["concurrency"], level["decode_tok_s"])
-        assert level["itl_ms"]["mean"] == pytest.approx(10.0, rel=0.02), (level["concurrency"], level["itl_ms"])
+        lo, hi = level["window"]
+        sent = statistics.median(rate for started, rate in streams if lo <= started <= hi)
+        assert level["decode_tok_s"]["p50"] == pytest.approx(sent, rel=0.01), (level["concurrency"], level["decode_tok_s"], sent)
+        assert level["decode_tok_s"]["p50"] == pytest.approx(100.0, rel=0.03), (level["concurrency"], level["decode_tok_s"])
+        assert level["itl_ms"]["mean"] == pytest.approx(10.0, rel=0.03), (level["concurrency"], level["itl_ms"])
         assert level["itl_ms"]["p50"] == pytest.approx(10.0, rel=0.05), (level["concurrency"], level["itl_ms"])
         assert level["aggregate_tok_s"] <= 100.0 * level["concurrency"] * 1.01
 

@@ -1,6 +1,6 @@
 """The REAL sglang-router from PyPI (no stand-in), deployed by playbooks/router.yml on a rehearsal box, in
-front of two stand-in replicas: the box's own deployed layout and a second server on loopback (the box
-shares the host's network, so the router reaches both); and the rolling swap of two managed boxes."""
+front of two stand-in servers on that box (instances on GPU slices, taken from the inventory); and the
+rolling swap of two managed boxes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import urllib.request
 from tests.rehearsal import box as boxes
 from tests.rehearsal.bench import benchmarks
 from tests.rehearsal.playbook import run_playbook
-from tests.rehearsal.standin import BOX_WHEELHOUSE, local_server, wait_http
+from tests.rehearsal.standin import BOX_WHEELHOUSE
 
 UNIT = "sglang-router-k26.service"
 
@@ -40,50 +40,50 @@ def generate(router: str, tokens: int = 4) -> int:
         return 0
 
 
-def test_the_real_router_spreads_round_robin_and_routes_around_a_dead_replica(provisioned, tmp_path):
-    box = provisioned.box
-    provisioned.playbook("deploy.yml", "-e", "layout=ep8").succeeded()
+def test_the_real_router_spreads_round_robin_over_two_instances_and_routes_around_a_dead_one(two_instances, tmp_path):
+    """Two servers on one box (instances r0 and r1 on GPUs 0-3 and 4-7) as the router's workers, from the inventory."""
+    both = two_instances
+    box = both.box
+    both.deploy("tp4").succeeded()
     port = boxes.free_port()
-    router, replica = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{provisioned.port}"
-    with local_server(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as (process, other, _):
-        assert wait_http(other + "/health_generate", 20, process) == 200
-        settings = {
-            "sglang_router_port": port,
-            "sglang_router_policy": "round_robin",
-            "sglang_router_worker_urls": [other],  # besides the inventory's sglang_servers: the box itself
-            "sglang_router_find_links": [BOX_WHEELHOUSE],
-            "sglang_router_no_index": True,
-        }
-        try:
-            first = provisioned.playbook("playbooks/router.yml", "-e", f"router_hosts={box.name}", extra_vars=settings)
-            assert first.returncode == 0, first.output[-3000:]
-            again = provisioned.playbook("playbooks/router.yml", "-e", f"router_hosts={box.name}", extra_vars=settings)
-            assert again.returncode == 0 and again.changed(box.name) == 0, again.output[-3000:]
-            unit = box.run("systemctl", "cat", UNIT).stdout
-            assert f"--worker-urls {replica} {other}" in unit and "DynamicUser=yes" in unit and "PrivateDevices=yes" in unit
+    router = f"http://127.0.0.1:{port}"
+    settings = {
+        "sglang_router_port": port,
+        "sglang_router_policy": "round_robin",
+        "sglang_router_find_links": [BOX_WHEELHOUSE],
+        "sglang_router_no_index": True,
+    }
+    where = ("-e", f"router_hosts={both.host('r0')}")
+    try:
+        run_playbook("playbooks/router.yml", both.inventory, settings, *where).succeeded()
+        again = run_playbook("playbooks/router.yml", both.inventory, settings, *where).succeeded()
+        assert again.changed(both.host("r0")) == 0, again.output[-3000:]
+        unit = box.run("systemctl", "cat", UNIT).stdout
+        assert f"--worker-urls {both.url('r0')} {both.url('r1')}" in unit
+        assert "DynamicUser=yes" in unit and "PrivateDevices=yes" in unit
 
-            before = (arrivals(replica), arrivals(other))
-            assert [generate(router) for _ in range(20)] == [200] * 20
-            spread = (arrivals(replica) - before[0], arrivals(other) - before[1])
-            assert spread == (10, 10), spread  # round robin: every other request to each replica
+        before = (arrivals(both.url("r0")), arrivals(both.url("r1")))
+        assert [generate(router) for _ in range(20)] == [200] * 20
+        spread = (arrivals(both.url("r0")) - before[0], arrivals(both.url("r1")) - before[1])
+        assert spread == (10, 10), spread  # round robin: every other request to each instance
 
-            # The benchmark measures through the router like through any server.
-            results = tmp_path / "results"
-            done = benchmarks(
-                *("run", "--url", router, "--levels", "4", "--output-tokens", "8", "--min-requests", "8", "--rounds", "1"),
-                *("--layout", "2-replicas", "--metrics-interval", "0", "--results-dir", str(results)),
-            )
-            assert done.returncode == 0, done.stdout + done.stderr
-            (path,) = results.rglob("*.json")
-            assert json.loads(path.read_text())["levels"][0]["completed"] == 8
+        # The benchmark measures through the router like through any server.
+        results = tmp_path / "results"
+        done = benchmarks(
+            *("run", "--url", router, "--levels", "4", "--output-tokens", "8", "--min-requests", "8", "--rounds", "1"),
+            *("--layout", "2-instances", "--metrics-interval", "0", "--results-dir", str(results)),
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        (path,) = results.rglob("*.json")
+        assert json.loads(path.read_text())["levels"][0]["completed"] == 8
 
-            process.kill()  # one replica dies: the router retries elsewhere and then routes around it
-            process.wait()
-            before = arrivals(replica)
-            assert [generate(router) for _ in range(10)] == [200] * 10
-            assert arrivals(replica) - before == 10
-        finally:
-            box.run("sudo", "systemctl", "disable", "--now", UNIT, check=False)
+        # One instance dies (SIGKILL, as a crash): the router retries elsewhere and then routes around it.
+        box.run("sudo", "systemctl", "kill", "--signal=SIGKILL", both.unit("tp4", "r1"))
+        before = arrivals(both.url("r0"))
+        assert [generate(router) for _ in range(10)] == [200] * 10
+        assert arrivals(both.url("r0")) - before == 10
+    finally:
+        box.run("sudo", "systemctl", "disable", "--now", UNIT, check=False)
 
 
 def test_bad_router_settings_are_refused_before_the_host_changes(provisioned):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,10 +44,14 @@ def init_model(args: object) -> None:
 def load_weights(args: object, sim: simulation.Simulation) -> None:
     tp, pp, dp = _int(args.tp_size, 1), _int(args.pp_size, 1), _int(args.dp_size, 1)
     used = tp * pp * dp // _int(args.nnodes, 1)  # on this node
-    if used > sim.gpu_count:
-        raise RuntimeError(f"CUDA error: invalid device ordinal (asked for {used} GPUs, {sim.gpu_count} visible)")
+    listed = [gpu for gpu in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if gpu.strip()]
+    if any(not gpu.strip().isdigit() or int(gpu) >= sim.gpu_count for gpu in listed):
+        raise RuntimeError(f"CUDA error: invalid device ordinal (CUDA_VISIBLE_DEVICES={','.join(listed)})")
+    visible = len(listed) if listed else sim.gpu_count
+    if used > visible:
+        raise RuntimeError(f"CUDA error: invalid device ordinal (asked for {used} GPUs, {visible} visible)")
     fraction = float(args.mem_fraction_static or 0.88)
-    per_gpu = sim.weights_gib / (tp * pp)
+    per_gpu = sim.weights_gib_by_model.get(str(args.model_path), sim.weights_gib) / (tp * pp)
     budget = sim.gpu_memory_gib * fraction
     if per_gpu > budget:
         raise MemoryError(

@@ -47,6 +47,9 @@ class Server:
         self.flushes = 0  # /flush_cache calls, reported on /standin/emitted for tests
         self.arrivals: collections.deque[float] = collections.deque(maxlen=2_000_000)  # when each request came in
         self.prompts: collections.deque[str] = collections.deque(maxlen=10_000)  # what each asked, as text
+        # Per streamed request, [first chunk's time, decode rate as sent]: the truth for a client's per-request
+        # rate when a loaded machine makes the server itself late (rate = tokens after the first chunk / span).
+        self.streams: collections.deque[list[float]] = collections.deque(maxlen=200_000)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])
@@ -122,8 +125,13 @@ class Server:
         than every token (the simulation's stream_interval when the flag is not given).
         """
         interval = max(int(self.args.stream_interval or self.sim.stream_interval), 1)
+        first: tuple[float, int] | None = None
         async for n in self.tokens(count):
             if n % interval == 0 or n == count:
+                now = time.monotonic()
+                first = first or (now, n)
+                if n == count and n > first[1] and now > first[0]:
+                    self.streams.append([first[0], (n - first[1]) / (now - first[0])])
                 yield n
 
     def _count(self, max_tokens: object, ignore_eos: bool) -> int:
@@ -182,7 +190,7 @@ class Server:
         return web.Response(text=body, content_type="text/plain")
 
     async def emitted_route(self, request: web.Request) -> web.Response:
-        """STAND-IN only: when every token left, when every request came in and what it asked, for tests."""
+        """STAND-IN only: when every token left, when every request came in, what it asked and how fast it was sent."""
         return web.json_response(
             {
                 "clock": "monotonic",
@@ -190,6 +198,7 @@ class Server:
                 "flushes": self.flushes,
                 "arrivals": list(self.arrivals),
                 "prompts": list(self.prompts),
+                "streams": list(self.streams),
             }
         )
 

@@ -20,6 +20,8 @@ class Simulation:
     gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
     driver_version: str = "580.95.05"
     weights_gib: float = 10.0
+    # Another model on the same box (several servers on one machine): its weights by --model-path.
+    weights_gib_by_model: dict[str, float] = field(default_factory=dict)
     load_seconds: float = 1.0
     prefill_ms: float = 20.0
     # Inter-token time of one request = itl_ms[layout key or "default"] + itl_slope_ms x running requests,
