@@ -50,6 +50,12 @@ elapsed:
   description: Seconds waited.
   type: float
   returned: always
+load_s:
+  description:
+    - Seconds from the unit's start (systemd's ExecMainStartTimestampMonotonic) to the healthy answer, the
+      model's load time; the wait starts later than the unit, by the start task's own time. Null when unknown.
+  type: float
+  returned: when healthy
 unit_state:
   description: The unit's ActiveState, SubState, Result and ExecMainStatus when the wait ended.
   type: dict
@@ -62,7 +68,7 @@ import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
-STATE_PROPERTIES = ("ActiveState", "SubState", "Result", "ExecMainStatus", "InvocationID")
+STATE_PROPERTIES = ("ActiveState", "SubState", "Result", "ExecMainStatus", "InvocationID", "ExecMainStartTimestampMonotonic")
 
 
 def unit_state(module: AnsibleModule, unit: str) -> dict[str, str]:
@@ -71,6 +77,14 @@ def unit_state(module: AnsibleModule, unit: str) -> dict[str, str]:
     if rc != 0:
         module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def seconds_since_start(state: dict[str, str]) -> float | None:
+    """How long ago the unit's main process started, on CLOCK_MONOTONIC (systemd's and time.monotonic's clock)."""
+    started_us = state.get("ExecMainStartTimestampMonotonic", "")
+    if not started_us.isdigit() or int(started_us) == 0:
+        return None
+    return round(time.monotonic() - int(started_us) / 1e6, 1)
 
 
 def http_status(url: str) -> int:
@@ -118,7 +132,7 @@ def main() -> None:
         "unit_state": state,
     }
     if outcome == "healthy":
-        module.exit_json(**result)
+        module.exit_json(load_s=seconds_since_start(state), **result)
     why = (
         f"{unit} exited ({state.get('Result')}, status {state.get('ExecMainStatus')})"
         if outcome == "exited"

@@ -47,9 +47,9 @@ class Server:
         self.flushes = 0  # /flush_cache calls, reported on /standin/emitted for tests
         self.arrivals: collections.deque[float] = collections.deque(maxlen=2_000_000)  # when each request came in
         self.prompts: collections.deque[str] = collections.deque(maxlen=10_000)  # what each asked, as text
-        # Per streamed request, [first chunk's time, decode rate as sent]: the truth for a client's per-request
-        # rate when a loaded machine makes the server itself late (rate = tokens after the first chunk / span).
-        self.streams: collections.deque[list[float]] = collections.deque(maxlen=200_000)
+        # Per streamed request, each chunk's [send time, cumulative tokens]: the truth for a client's per-request
+        # rate and inter-token times when a loaded machine makes the server itself late against its clock.
+        self.streams: collections.deque[list[list[float]]] = collections.deque(maxlen=20_000)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])
@@ -125,13 +125,12 @@ class Server:
         than every token (the simulation's stream_interval when the flag is not given).
         """
         interval = max(int(self.args.stream_interval or self.sim.stream_interval), 1)
-        first: tuple[float, int] | None = None
+        sent: list[list[float]] = []
         async for n in self.tokens(count):
             if n % interval == 0 or n == count:
-                now = time.monotonic()
-                first = first or (now, n)
-                if n == count and n > first[1] and now > first[0]:
-                    self.streams.append([first[0], (n - first[1]) / (now - first[0])])
+                sent.append([time.monotonic(), n])
+                if n == count:
+                    self.streams.append(sent)
                 yield n
 
     def _count(self, max_tokens: object, ignore_eos: bool) -> int:
@@ -190,7 +189,7 @@ class Server:
         return web.Response(text=body, content_type="text/plain")
 
     async def emitted_route(self, request: web.Request) -> web.Response:
-        """STAND-IN only: when every token left, when every request came in, what it asked and how fast it was sent."""
+        """STAND-IN only: when every token left, when every request came in, what it asked and when each chunk was sent."""
         return web.json_response(
             {
                 "clock": "monotonic",
