@@ -1,6 +1,7 @@
 """nvidia-smi's GPU query -> the record preflight reads."""
 
 import importlib.util
+import time
 
 import pytest
 
@@ -56,3 +57,13 @@ def test_compute_processes_are_matched_to_the_wanted_gpus_by_bus_id():
     assert holders.parse_holders(apps, bus_ids, {0}) == [{"gpu": 0, "pid": 7, "name": "x", "used_mib": 0}]
     assert holders.parse_holders("No running processes found\n", bus_ids, {0, 1, 2}) == []
     assert holders.describe(found) == "pid 4242 (python3) on GPU 1,2 holding 170000 MiB"
+
+
+def test_the_load_time_counts_from_the_units_start_not_from_the_wait():
+    spec = importlib.util.spec_from_file_location("sglang_wait_healthy", REPO / "plugins" / "modules" / "sglang_wait_healthy.py")
+    wait = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wait)
+    started_us = int((time.monotonic() - 3.0) * 1e6)  # the unit started 3 s ago, before the wait began
+    assert wait.seconds_since_start({"ExecMainStartTimestampMonotonic": str(started_us)}) == pytest.approx(3.0, abs=0.2)
+    for unknown in ({}, {"ExecMainStartTimestampMonotonic": "0"}, {"ExecMainStartTimestampMonotonic": "n/a"}):
+        assert wait.seconds_since_start(unknown) is None
