@@ -40,19 +40,25 @@ def generate(router: str, tokens: int = 4) -> int:
         return 0
 
 
-def test_the_real_router_spreads_round_robin_over_two_instances_and_routes_around_a_dead_one(two_instances, tmp_path):
-    """Two servers on one box (instances r0 and r1 on GPUs 0-3 and 4-7) as the router's workers, from the inventory."""
-    both = two_instances
-    box = both.box
-    both.deploy("tp4").succeeded()
+def round_robin_router(**extra: object) -> tuple[str, dict[str, object]]:
+    """A free loopback port for the real router (round robin, installed from the box's wheelhouse) and its settings."""
     port = boxes.free_port()
-    router = f"http://127.0.0.1:{port}"
     settings = {
+        **extra,
         "sglang_router_port": port,
         "sglang_router_policy": "round_robin",
         "sglang_router_find_links": [BOX_WHEELHOUSE],
         "sglang_router_no_index": True,
     }
+    return f"http://127.0.0.1:{port}", settings
+
+
+def test_the_real_router_spreads_round_robin_over_two_instances_and_routes_around_a_dead_one(two_instances, tmp_path):
+    """Two servers on one box (instances r0 and r1 on GPUs 0-3 and 4-7) as the router's workers, from the inventory."""
+    both = two_instances
+    box = both.box
+    both.deploy("tp4").succeeded()
+    router, settings = round_robin_router()
     where = ("-e", f"router_hosts={both.host('r0')}")
     try:
         run_playbook("playbooks/router.yml", both.inventory, settings, *where).succeeded()
@@ -115,15 +121,7 @@ def test_a_rolling_swap_of_two_boxes_behind_the_router_loses_no_request(gpu_pair
     # With /metrics the drain waits exactly until a replica has nothing running or queued.
     metrics = {"sglang_common_args": {**declared_vars["sglang_common_args"], "enable-metrics": True}}
     run_playbook("deploy.yml", pair.inventory, metrics, "-e", "layout=ep8").succeeded()
-    port = boxes.free_port()
-    router = f"http://127.0.0.1:{port}"
-    settings = {
-        **metrics,
-        "sglang_router_port": port,
-        "sglang_router_policy": "round_robin",
-        "sglang_router_find_links": [BOX_WHEELHOUSE],
-        "sglang_router_no_index": True,
-    }
+    router, settings = round_robin_router(**metrics)
     try:
         run_playbook("playbooks/router.yml", pair.inventory, settings, "-e", f"router_hosts={pair.a.name}").succeeded()
         statuses: list[int] = []
