@@ -101,6 +101,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _processes_argv(count: int) -> list[str]:
+    """Locust's --processes, on a port of their own (not the default 5557 another run may hold)."""
+    port = _free_port()
+    return ["--processes", str(count), f"--master-bind-port={port}", f"--master-port={port}"]
+
+
 def _pin(cpu: int) -> list[int]:
     """Pin to one CPU when the machine has more than one (the server and the client must not share)."""
     cpus = sorted(os.sched_getaffinity(0))
@@ -194,7 +200,7 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
                 f"--users={scenario.concurrency}",
                 f"--spawn-rate={scenario.concurrency}",
                 f"--bench-requests={requests}",
-                *(["--processes", client.removeprefix("locust x")] if client.startswith("locust x") else []),
+                *(_processes_argv(int(client.removeprefix("locust x"))) if client.startswith("locust x") else []),
             )
         else:
             argv = [

@@ -57,6 +57,8 @@ def run_sweep(
     private = Path(tempfile.mkdtemp(prefix="sglang-bench-runner-"))
     output_dir = private / "artifacts" / "records"
     output_dir.mkdir(parents=True)
+    private_tmp = private / "tmp"
+    private_tmp.mkdir()
     if workload.dataset and prompts_file is None:
         prompts_file = dataset.write_prompts(dataset.load_prompts(Path(workload.dataset)), private / "prompts.jsonl")
     work_dir = f"/tmp/sglang-bench-{secrets.token_hex(8)}"  # on the load generator; removed here if interrupted
@@ -118,7 +120,12 @@ def run_sweep(
             inventory=str(inventory) if inventory else None,
             cmdline=f"-e @{vars_file}",
             quiet=True,
-            envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+            envvars={
+                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                # Modules run here unpack into TMPDIR; an interrupted one leaves that behind unless it is ours.
+                "TMPDIR": str(private_tmp),
+            },
             event_handler=on_event,
             cancel_callback=lambda: interrupted["flag"],
         )

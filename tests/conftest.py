@@ -12,6 +12,7 @@ import pytest
 
 from sglang_layout import flags
 from sglang_layout.sources import declaration_from_vars, load_yaml_vars
+from tests import alone
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
@@ -22,9 +23,15 @@ FLAGS_0_5_23 = DATA / "sglang-0.5.23-flags.json"
 pytest_plugins = ("tests.rehearsal.fixtures",)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Markers by what a test needs: `-m "not box and not servers"` is the fast loop (lint-speed unit tests),
-    `-m "not box"` adds the tests that start local stand-in servers and Locust."""
+    `-m "not box"` adds the tests that start local stand-in servers and Locust.
+
+    The parallel run (pytest-xdist, --dist loadgroup) gives each module to one worker whole, so a module's
+    fixtures are built once; the real-SGLang tier is one group, so that its install from PyPI happens once
+    while the other worker goes on, and it goes first, being the longest.
+    """
     real_tier, integration = REPO / "tests" / "real", REPO / "tests" / "integration"
     for item in items:
         in_real_tier = real_tier in item.path.parents
@@ -34,6 +41,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.box)
         elif integration in item.path.parents:
             item.add_marker(pytest.mark.servers)
+        group = "real-sglang" if in_real_tier else str(item.path.relative_to(REPO))
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: real_tier not in item.path.parents)  # stable: the order within stays
+
+
+def _alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker(alone.MARK) is not None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Each test under the shared turn, an `alone` test's call under the exclusive one (tests/alone.py)."""
+    lock = alone.lock()
+    if lock is None:
+        yield
+        return
+    if not lock.exclusive:
+        lock.take(exclusive=False)
+    try:
+        yield
+    finally:
+        if not (lock.exclusive and _alone(item) and _alone(nextitem)):
+            lock.release()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    lock = alone.lock()
+    if lock is not None and _alone(item):
+        lock.take(exclusive=True)
+    yield
 
 
 @pytest.fixture(scope="session")

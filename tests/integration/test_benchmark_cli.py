@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import statistics
 import subprocess
@@ -90,9 +91,10 @@ def test_a_server_that_returns_errors_gives_failed_levels_with_the_error(tmp_pat
 
 
 def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_done(tmp_path):
-    before = set(Path("/tmp").glob("sglang-bench-*"))
+    private_tmp = tmp_path / "tmp"  # this run's own temporary directory: other runs on the machine come and go
+    private_tmp.mkdir()
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
-        env = tool_env(PYTHONUNBUFFERED="1")
+        env = tool_env(PYTHONUNBUFFERED="1", TMPDIR=str(private_tmp))
         # 100 tokens at 10 ms: each request takes a second, so C=2 is still running when Ctrl-C comes.
         argv = benchmarks_argv(
             "run",
@@ -118,6 +120,8 @@ def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_don
         deadline = time.monotonic() + 120
         while "C=2: running" not in seen and time.monotonic() < deadline:
             seen += runner.stdout.readline()
+        (runner_dir,) = private_tmp.glob("sglang-bench-runner-*")
+        work_dir = re.search(r"bench_work_dir: !unsafe '([^']+)'", (runner_dir / "bench-vars.yml").read_text())[1]
         time.sleep(1.0)
         runner.send_signal(signal.SIGINT)
         interrupted = time.monotonic()
@@ -126,20 +130,21 @@ def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_don
         leftovers = [
             " ".join(proc.info["cmdline"])
             for proc in psutil.process_iter(["cmdline"])
-            if any(url in part or "sglang-bench-runner-" in part for part in proc.info["cmdline"] or [])
+            if any(url in part or str(private_tmp) in part for part in proc.info["cmdline"] or [])
         ]
     seen += out
     assert runner.returncode == 1, seen
     assert stopped_in < 15, f"took {stopped_in:.1f} s to stop"
     assert leftovers == [], leftovers
-    # The load generator's directory is gone too (only new ones count: other runs on the machine may come and go).
-    assert set(Path("/tmp").glob("sglang-bench-*")) - before == set()
+    # The runner's private directory and the load generator's records directory are gone too.
+    assert list(private_tmp.iterdir()) == [] and not Path(work_dir).exists()
     (run,) = stored(tmp_path / "r")
     assert run["status"] == "interrupted", seen
     assert [level["concurrency"] for level in run["levels"]] == [1], seen
     assert run["levels"][0]["status"] == "ok" and run["levels"][0]["completed"] == 2
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 def test_two_load_generator_processes_measure_the_same_counts_and_rates(tmp_path):
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         done = bench("run", "--url", url, "--levels", "8", *FAST, "--processes", "2", "--results-dir", str(tmp_path / "r"))
@@ -164,6 +169,7 @@ def test_a_level_with_fewer_users_than_processes_runs_on_as_many_processes_as_us
     assert max(level["duration_s"] for level in run["levels"]) < 10
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 @pytest.mark.parametrize(("continuous_usage", "source"), [(True, "continuous_usage"), (False, "spread")])
 def test_chat_deltas_of_several_tokens_give_per_token_itl(tmp_path, continuous_usage, source):
     """3 tokens per delta at a 10 ms clock: ITL is 10 ms per token, not 30 ms per delta (nor 0)."""
@@ -210,6 +216,7 @@ def as_sent(chunks: list[list[float]]) -> RequestRecord:
     )
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 @pytest.mark.parametrize("tokens_per_delta", [1, 3])
 @pytest.mark.parametrize("endpoint", ["chat", "generate"])
 def test_both_endpoints_hold_the_clock_to_1_percent_at_c_1_16_64(tmp_path, endpoint, tokens_per_delta):
@@ -249,6 +256,7 @@ def test_both_endpoints_hold_the_clock_to_1_percent_at_c_1_16_64(tmp_path, endpo
         assert level["aggregate_tok_s"] <= 100.0 * level["concurrency"] * 1.01
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 def test_goodput_against_the_stand_ins_clock(tmp_path):
     """10 ms a token after a 20 ms prefill: TPOT <= 12 holds for every request, TTFT <= 5 for none."""
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
@@ -352,6 +360,7 @@ def test_flush_cache_empties_the_prefix_cache_before_each_level(tmp_path):
             assert json.loads(answer.read())["flushes"] == 2
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 def test_repeats_give_each_level_a_95_percent_interval_around_the_clock(tmp_path):
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         done = bench("run", "--url", url, "--levels", "1", *FAST, "--repeats", "3", "--results-dir", str(tmp_path / "r"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,8 @@ def bench(*args: str, env: dict | None = None, timeout: float = 300) -> subproce
 
 
 def test_a_keyed_server_is_measured_with_its_key_and_no_secret_is_stored(tmp_path):
-    runner_dirs = set(Path("/tmp").glob("sglang-bench-runner-*"))
+    private_tmp = tmp_path / "tmp"  # this run's own temporary directory: other runs on the machine come and go
+    private_tmp.mkdir()
     flags = ("--api-key", KEY, "--admin-api-key", "admin-0123456789abcdef", "--ssl-keyfile-password", "pw-9876")
     with serving_locally(tmp_path, *flags, load_seconds=0.1, itl_ms={"default": 5.0}) as url:
         done = bench(
@@ -36,7 +36,7 @@ def test_a_keyed_server_is_measured_with_its_key_and_no_secret_is_stored(tmp_pat
             "m{{ 6*7 }}",
             "--results-dir",
             str(tmp_path / "r"),
-            env={"SGLANG_API_KEY": KEY},
+            env={"SGLANG_API_KEY": KEY, "TMPDIR": str(private_tmp)},
         )
         unauthorized = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(tmp_path / "none"))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -48,7 +48,7 @@ def test_a_keyed_server_is_measured_with_its_key_and_no_secret_is_stored(tmp_pat
     assert run["server"]["server_args"]["api_key"] == "<redacted>"  # the server did return it: SGLang does
     assert run["server"]["server_args"]["ssl_keyfile_password"] == "<redacted>"
     assert run["workload"]["model"] == "m{{ 6*7 }}" and run["levels"][0]["completed"] == 2
-    assert set(Path("/tmp").glob("sglang-bench-runner-*")) == runner_dirs  # the vars file holding the key is gone
+    assert list(private_tmp.iterdir()) == []  # the runner's directory, with the vars file holding the key, is gone
     assert unauthorized.returncode == 2 and "refused the request (401)" in unauthorized.stderr
 
 

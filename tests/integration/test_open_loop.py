@@ -16,6 +16,8 @@ from benchmarks import harness
 from tests.rehearsal.bench import benchmarks
 from tests.rehearsal.standin import serving_locally
 
+pytestmark = pytest.mark.alone  # rates and lateness held to the clock (tests/alone.py)
+
 RATE = 100.0
 MEASURED = 1000
 

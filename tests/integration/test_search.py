@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.alone import exclusive_turn
 from tests.rehearsal.bench import benchmarks, benchmarks_argv, on_box, tool_env
 from tests.rehearsal.gpu_host import GPU_HOST, true_aggregate_tok_s, true_decode_tok_s
 from tests.rehearsal.playbook import REPO
@@ -64,7 +65,8 @@ def records(results: Path, candidate: str) -> list[Path]:
 @pytest.fixture(scope="module")
 def searched(provisioned, tmp_path_factory):
     results = tmp_path_factory.mktemp("search")
-    done = search(provisioned, results, "--levels", "1,16,64")
+    with exclusive_turn():  # each candidate held to the stand-in's clock (tests/alone.py)
+        done = search(provisioned, results, "--levels", "1,16,64")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     return done, results, the_manifest(results)
 
@@ -175,6 +177,7 @@ def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned
     assert state["original_layout"] == "tp8" and state["serving_at_end"] == "tp8" == serving(provisioned)
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path):
     """EP4's TPOT is max(22.2 ms, C / 1,531 tok/s): within 31 ms up to C = 47.5. Levels 1, 16, 64 bracket it;
     bisection on the same launch narrows the bracket to 10% around the truth."""

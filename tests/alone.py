@@ -1,0 +1,78 @@
+"""Tests that hold a clock run alone: the other pytest-xdist workers wait between their tests.
+
+A test marked `alone` compares measured times with a stand-in's clock to 1-2%; on a two-core machine
+another worker's playbooks would make those figures the machine's load, not the client's. Every test
+holds a shared turn while it runs (fixtures included); an `alone` test takes the exclusive turn for its
+call (its module fixtures are set up under the shared one) and keeps it while its worker's next test is
+`alone` too. A fixture that measures takes it with `exclusive_turn()`. A gate lets an exclusive waiter
+in next, so that the other worker's stream of short tests cannot starve it. Outside xdist nothing locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+MARK = "alone"
+
+
+class TurnLock:
+    """One worker's hold on the run's turn (two files named by xdist's run id, shared by its workers)."""
+
+    def __init__(self, run_id: str) -> None:
+        base = Path(tempfile.gettempdir()) / f"pytest-alone-{run_id}"
+        self._gate: IO[str] = open(f"{base}.gate", "a")  # noqa: SIM115  (held for the worker's life)
+        self._turn: IO[str] = open(f"{base}.turn", "a")  # noqa: SIM115
+        self.held: int | None = None
+
+    @property
+    def exclusive(self) -> bool:
+        return self.held == fcntl.LOCK_EX
+
+    def take(self, exclusive: bool) -> None:
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        if self.held == mode:
+            return
+        self.release()
+        fcntl.flock(self._gate, fcntl.LOCK_EX)  # behind an exclusive waiter, who holds the gate meanwhile
+        try:
+            fcntl.flock(self._turn, mode)
+        finally:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self.held = mode
+
+    def release(self) -> None:
+        if self.held is not None:
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
+            self.held = None
+
+
+def lock() -> TurnLock | None:
+    """This worker's lock; None outside xdist (PYTEST_XDIST_TESTRUNUID names the run its workers share)."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    return _lock_of_run(run_id) if run_id else None
+
+
+@functools.cache
+def _lock_of_run(run_id: str) -> TurnLock:
+    return TurnLock(run_id)
+
+
+@contextlib.contextmanager
+def exclusive_turn() -> Iterator[None]:
+    """Within a fixture: the exclusive turn for the block, then the shared one again."""
+    held = lock()
+    if held is None or held.exclusive:
+        yield
+        return
+    held.take(exclusive=True)
+    try:
+        yield
+    finally:
+        held.take(exclusive=False)
