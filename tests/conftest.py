@@ -18,21 +18,22 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
 FLAGS_0_5_23 = DATA / "sglang-0.5.23-flags.json"
+REAL_TIER = REPO / "tests" / "real"
 
 # The rehearsal box fixtures (box_support, box, cuda_repo), for the integration and the real tier.
 pytest_plugins = ("tests.rehearsal.fixtures",)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Markers by what a test needs: `-m "not box and not servers"` is the fast loop (lint-speed unit tests),
     `-m "not box"` adds the tests that start local stand-in servers and Locust.
 
-    The parallel run (pytest-xdist, --dist loadgroup) gives each module to one worker whole, so a module's
-    fixtures are built once; the real-SGLang tier is one group, so that its install from PyPI happens once
-    while the other worker goes on, and it goes first, being the longest.
+    The parallel run (pytest-xdist, --dist loadfile) gives each module to one worker whole, so a module's
+    fixtures are built once. The real-SGLang tier's first module goes first: it installs sglang from
+    PyPI (minutes) while the other worker goes on, and its other modules come after the rest of
+    tests/integration, by when the install is there to share.
     """
-    real_tier, integration = REPO / "tests" / "real", REPO / "tests" / "integration"
+    real_tier, integration = REAL_TIER, REPO / "tests" / "integration"
     for item in items:
         in_real_tier = real_tier in item.path.parents
         if in_real_tier:
@@ -41,9 +42,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.box)
         elif integration in item.path.parents:
             item.add_marker(pytest.mark.servers)
-        group = "real-sglang" if in_real_tier else str(item.path.relative_to(REPO))
-        item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: real_tier not in item.path.parents)  # stable: the order within stays
+    real_modules = sorted({item.path for item in items if real_tier in item.path.parents})
+    items.sort(key=lambda item: item.path != real_modules[0] if real_modules else False)  # stable sort
 
 
 def _alone(item: pytest.Item | None) -> bool:
