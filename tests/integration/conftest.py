@@ -14,6 +14,14 @@ from tests.rehearsal import gpu_host, gpu_pair, instances, standin
 from tests.rehearsal.playbook import PlaybookRun, run_playbook
 
 
+@pytest.fixture
+def private_tmp(tmp_path) -> Path:
+    """A TMPDIR of the test's own, for a run's leftovers: other runs on the machine come and go in /tmp."""
+    path = tmp_path / "tmp"
+    path.mkdir()
+    return path
+
+
 @pytest.fixture(scope="session")
 def wheelhouse() -> str:
     return str(standin.wheelhouse())

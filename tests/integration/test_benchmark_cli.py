@@ -90,9 +90,7 @@ def test_a_server_that_returns_errors_gives_failed_levels_with_the_error(tmp_pat
     assert "HTTP 500" in done.stdout
 
 
-def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_done(tmp_path):
-    private_tmp = tmp_path / "tmp"  # this run's own temporary directory: other runs on the machine come and go
-    private_tmp.mkdir()
+def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_done(tmp_path, private_tmp):
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         env = tool_env(PYTHONUNBUFFERED="1", TMPDIR=str(private_tmp))
         # 100 tokens at 10 ms: each request takes a second, so C=2 is still running when Ctrl-C comes.

@@ -20,9 +20,7 @@ def bench(*args: str, env: dict | None = None, timeout: float = 300) -> subproce
     return benchmarks(*args, env=env, timeout=timeout)
 
 
-def test_a_keyed_server_is_measured_with_its_key_and_no_secret_is_stored(tmp_path):
-    private_tmp = tmp_path / "tmp"  # this run's own temporary directory: other runs on the machine come and go
-    private_tmp.mkdir()
+def test_a_keyed_server_is_measured_with_its_key_and_no_secret_is_stored(tmp_path, private_tmp):
     flags = ("--api-key", KEY, "--admin-api-key", "admin-0123456789abcdef", "--ssl-keyfile-password", "pw-9876")
     with serving_locally(tmp_path, *flags, load_seconds=0.1, itl_ms={"default": 5.0}) as url:
         done = bench(
