@@ -22,13 +22,19 @@ from typing import IO
 MARK = "alone"
 
 
+def lock_folder(run_id: str) -> Path:
+    """Where one run's workers meet: the controller removes it when the run ends (tests/conftest.py)."""
+    return Path(tempfile.gettempdir()) / f"pytest-alone-{run_id}"
+
+
 class TurnLock:
     """One worker's hold on the run's turn (two files named by xdist's run id, shared by its workers)."""
 
     def __init__(self, run_id: str) -> None:
-        base = Path(tempfile.gettempdir()) / f"pytest-alone-{run_id}"
-        self._gate: IO[str] = open(f"{base}.gate", "a")  # noqa: SIM115  (held for the worker's life)
-        self._turn: IO[str] = open(f"{base}.turn", "a")  # noqa: SIM115
+        folder = lock_folder(run_id)
+        folder.mkdir(exist_ok=True)
+        self._gate: IO[str] = open(folder / "gate", "a")  # noqa: SIM115  (held for the worker's life)
+        self._turn: IO[str] = open(folder / "turn", "a")  # noqa: SIM115
         self.held: int | None = None
 
     @property

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
+import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -44,6 +46,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.servers)
     real_modules = sorted({item.path for item in items if real_tier in item.path.parents})
     items.sort(key=lambda item: item.path != real_modules[0] if real_modules else False)  # stable sort
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller names the xdist run itself, so that it knows which lock folder to remove at the end."""
+    if not hasattr(config, "workerinput") and hasattr(config.option, "testrunuid"):
+        config.option.testrunuid = config.option.testrunuid or uuid.uuid4().hex
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run_id = getattr(config.option, "testrunuid", None)
+    if not hasattr(config, "workerinput") and run_id:
+        shutil.rmtree(alone.lock_folder(run_id), ignore_errors=True)
 
 
 def _alone(item: pytest.Item | None) -> bool:

@@ -85,6 +85,7 @@ def _decode_rate(url: str, tokens: int, results: list) -> None:
     results.append((rate, completion_tokens))
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 @pytest.mark.parametrize(("concurrency", "base_ms", "slope_ms"), [(1, 10.0, 0.0), (8, 10.0, 0.5)])
 def test_token_rate_matches_the_setting(tmp_path, concurrency, base_ms, slope_ms):
     """Per-request decode rate = 1 / (base + slope x running), measured on the client."""
@@ -104,6 +105,7 @@ def test_token_rate_matches_the_setting(tmp_path, concurrency, base_ms, slope_ms
         assert rate == pytest.approx(expected, rel=0.03)
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 def test_the_roofline_caps_aggregate_output(tmp_path):
     """8 requests at 10 ms under a 200 tok/s roofline: each decodes at 200 / 8 = 25 tok/s, not 100."""
     sim = {**FAST, "itl_ms": {"default": 10.0}, "peak_tok_s": {"default": 200.0}}
@@ -132,6 +134,7 @@ def _first_token_after(url: str, tokens: int, waits: list) -> None:
         response.read()
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 def test_requests_beyond_max_running_requests_queue(tmp_path):
     """--max-running-requests 2 with 4 requests of 50 tokens at 10 ms: two start at once, two wait ~0.5 s."""
     with local_server(tmp_path, "--max-running-requests", "2", **FAST, itl_ms={"default": 10.0}) as (process, url, _):
