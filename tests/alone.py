@@ -28,7 +28,7 @@ def lock_folder(run_id: str) -> Path:
 
 
 class TurnLock:
-    """One worker's hold on the run's turn (two files named by xdist's run id, shared by its workers)."""
+    """One worker's hold on the run's turn (two files in a folder named by xdist's run id, shared by its workers)."""
 
     def __init__(self, run_id: str) -> None:
         folder = lock_folder(run_id)
