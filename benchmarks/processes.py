@@ -28,3 +28,23 @@ def stop_process_tree(grace: float = 3.0) -> None:
         if running(child):
             with contextlib.suppress(psutil.Error):
                 child.kill()
+
+
+def stop_like_ctrl_c() -> None:
+    """SIGTERM and SIGHUP (a `kill`, a closed terminal, a CI time limit) take the path Ctrl-C takes.
+
+    The signal is re-sent as SIGINT, so whichever SIGINT handler is in force then (a sweep's, a search's,
+    or Python's KeyboardInterrupt) runs its orderly stop. Only the main thread may set handlers.
+    """
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def as_interrupt(signum: int, frame: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, as_interrupt)

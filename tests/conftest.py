@@ -10,11 +10,13 @@ import uuid
 from pathlib import Path
 from types import ModuleType
 
+import psutil
 import pytest
 
 from sglang_layout import flags
 from sglang_layout.sources import declaration_from_vars, load_yaml_vars
 from tests import alone
+from tests.rehearsal import stopping
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
@@ -49,9 +51,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller names the xdist run itself, so that it knows which lock folder to remove at the end."""
-    if not hasattr(config, "workerinput") and hasattr(config.option, "testrunuid"):
+    """SIGTERM and SIGHUP stop the run as Ctrl-C does, fixtures torn down (tests/rehearsal/stopping.py); the
+    xdist controller passes them on to its workers, which run the tests and own their boxes.
+
+    The controller names the xdist run itself, so that it knows which lock folder to remove at the end.
+    """
+    controller = not hasattr(config, "workerinput")
+    distributed = controller and config.pluginmanager.hasplugin("dsession")
+    stopping.stop_like_ctrl_c(forward_to=_xdist_workers if distributed else tuple)
+    if controller and hasattr(config.option, "testrunuid"):
         config.option.testrunuid = config.option.testrunuid or uuid.uuid4().hex
+
+
+def _xdist_workers() -> list[int]:
+    """The controller's children: its workers (it runs no test itself)."""
+    return [child.pid for child in psutil.Process().children()]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

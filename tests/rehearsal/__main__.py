@@ -1,4 +1,4 @@
-"""`python -m tests.rehearsal up|down|inventory|list`: the rehearsal box for humans."""
+"""`python -m tests.rehearsal up|down|inventory|list|sweep`: the rehearsal box for humans."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     inv = sub.add_parser("inventory", help="print a box's Ansible inventory")
     inv.add_argument("name")
     sub.add_parser("list", help="list running boxes")
+    sub.add_parser("sweep", help="remove the boxes left by runs that were killed (their owner process is gone)")
     args = parser.parse_args(argv)
     if args.command == "up":
-        box = boxes.boot(args.name)
+        box = boxes.boot(args.name, owned=False)
         path = box.write_inventory(box.directory / "inventory.yml")
         print(f"{box.name} is up: ssh -p {box.ssh_port} -i {box.key} {box.user}@127.0.0.1")
         print(f"inventory: {path}")
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} is down")
     elif args.command == "inventory":
         print(Path(boxes.load(args.name).write_inventory(boxes.RUNTIME / args.name / "inventory.yml")).read_text())
+    elif args.command == "sweep":
+        for box in boxes.sweep():
+            print(f"removed box {box.name}, left by process {box.owner} (gone)")
     else:
         print("\n".join(boxes.all_boxes()) or "no boxes")
     return 0

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.rehearsal import stopping
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -28,12 +30,7 @@ def benchmarks(
     *args: str, env: dict[str, str] | None = None, timeout: float = 300, capture: bool = True
 ) -> subprocess.CompletedProcess:
     """`python -m benchmarks ARGS...` from the repository root; the output captured unless `capture` is off."""
-    return subprocess.run(
-        benchmarks_argv(*args),
-        cwd=REPO,
-        capture_output=capture,
-        text=True,
-        env=tool_env(**(env or {})),
-        timeout=timeout,
-        check=False,
+    pipe = subprocess.PIPE if capture else None
+    return stopping.run(
+        benchmarks_argv(*args), cwd=REPO, stdout=pipe, stderr=pipe, text=True, env=tool_env(**(env or {})), timeout=timeout
     )

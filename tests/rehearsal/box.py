@@ -111,6 +111,10 @@ class Box:
     key: Path
     pid: int = 0
     user: str = BOX_USER
+    # The process that made the box and tears it down (None: a box for a human, `up`, kept until `down`);
+    # its start time tells it from a later process that got the same PID.
+    owner: int | None = None
+    owner_started: int | None = None
 
     @property
     def known_hosts(self) -> Path:
@@ -231,10 +235,11 @@ def _wait_for_ssh(box: Box, deadline: float, process: subprocess.Popen) -> None:
     raise BoxError(f"no SSH on port {box.ssh_port} after boot; see {box.directory / 'console.log'}")
 
 
-def boot(name: str | None = None, timeout: float = 60, binds: dict[str, str] | None = None) -> Box:
+def boot(name: str | None = None, timeout: float = 60, binds: dict[str, str] | None = None, owned: bool = True) -> Box:
     """A fresh box, booted and answering SSH. Call `destroy` (or use `running_box`) to end it.
 
     `binds` maps host directories to paths in the box (e.g. a shared pip cache), bound read-write.
+    An `owned` box belongs to this process: once the process is gone, `sweep` removes it.
     """
     rootfs = build_base()
     name = name or f"rehearsal-{secrets.token_hex(3)}"
@@ -243,7 +248,10 @@ def boot(name: str | None = None, timeout: float = 60, binds: dict[str, str] | N
         raise BoxError(f"a box named {name} already exists at {directory}; run `python -m tests.rehearsal down {name}`")
     directory.mkdir(parents=True)
     box = Box(name=name, directory=directory, ssh_port=free_port(), key=directory / "id_ed25519")
+    if owned:
+        box.owner, box.owner_started = os.getpid(), process_started(os.getpid())
     try:
+        box.save()  # before the mount: a run killed from here on leaves a box that `sweep` finds
         _prepare(box, rootfs)
         console = open(directory / "console.log", "w")  # noqa: SIM115  (kept open for the box's life)
         process = subprocess.Popen(
@@ -282,9 +290,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _is_nspawn(pid: int) -> bool:
+    """The PID is still the box's systemd-nspawn (a box swept long after its run may have a reused PID)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"systemd-nspawn")
+    except OSError:
+        return False
+
+
 def destroy(box: Box, timeout: float = 20) -> None:
     """Shut the box down by PID (SIGTERM lets systemd stop cleanly), unmount, delete."""
-    if box.pid and _alive(box.pid):
+    if box.pid and _alive(box.pid) and _is_nspawn(box.pid):
         os.kill(box.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while _alive(box.pid) and time.monotonic() < deadline:
@@ -300,6 +316,32 @@ def destroy(box: Box, timeout: float = 20) -> None:
         if os.path.ismount(box.root):
             subprocess.run(["umount", "-l", str(box.root)], check=False)
     shutil.rmtree(box.directory, ignore_errors=True)
+
+
+def process_started(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, /proc/PID/stat field 22); None if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+def orphaned(box: Box) -> bool:
+    """The box was made by a process that is gone (killed before it could tear the box down)."""
+    return box.owner is not None and process_started(box.owner) != box.owner_started
+
+
+def sweep() -> list[Box]:
+    """Destroy the boxes whose owner is gone and return them; a box whose owner lives, or a human's, stays."""
+    swept = []
+    for name in all_boxes():
+        with contextlib.suppress(FileNotFoundError):  # another sweep, or its owner, got there first
+            box = load(name)
+            if orphaned(box):
+                destroy(box)
+                swept.append(box)
+    return swept
 
 
 def load(name: str) -> Box:

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.rehearsal import apt_repo, gpu_host
+from tests.rehearsal import apt_repo, gpu_host, stopping
 from tests.rehearsal import box as boxes
 from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.playbook import REPO, PlaybookRun, run_playbook
@@ -59,6 +59,7 @@ def report(run: PlaybookRun, host: str, started: float) -> str:
 
 
 def main() -> int:
+    stopping.stop_like_ctrl_c()  # a `kill` tears the box down as Ctrl-C does
     checks: list[bool] = []
     simulation = None
     if os.environ.get("REHEARSAL_SIMULATION"):
@@ -178,5 +179,14 @@ def main() -> int:
     return 0 if all(checks) else 1
 
 
+def stopped_in_order() -> int:
+    """main(), where an interrupt (Ctrl-C, SIGTERM, SIGHUP) ends with everything torn down and says so."""
+    try:
+        return main()
+    except KeyboardInterrupt as interrupt:
+        print(f"\nrehearsal stopped ({interrupt or 'Ctrl-C'}): its box and local servers are torn down", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stopped_in_order())

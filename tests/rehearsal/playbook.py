@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.rehearsal import stopping
 from tests.rehearsal.bench import REPO, tool_env
 
 _RECAP = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", re.MULTILINE)
@@ -58,8 +59,8 @@ def run_playbook(
     argv = ["ansible-playbook", playbook, "-i", str(inventory)]
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars)]
-    done = subprocess.run(
-        [*argv, *options], cwd=REPO, capture_output=True, text=True, env=ansible_env(), timeout=timeout, check=False
+    done = stopping.run(
+        [*argv, *options], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(), timeout=timeout
     )
     return PlaybookRun(done.returncode, done.stdout, done.stderr)
 

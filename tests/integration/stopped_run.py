@@ -1,0 +1,24 @@
+"""A test that test_stopping.py runs in a pytest of its own and stops with SIGTERM halfway: not collected here.
+
+It holds what a real test holds (a rehearsal box, a stand-in server on loopback, a temporary directory)
+and says where they are in the file named by STOPPED_RUN_READY, then waits to be stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from tests.rehearsal.standin import local_server
+
+
+def test_held_until_stopped(box):
+    with tempfile.TemporaryDirectory(prefix="stopped-run-") as tmp, local_server(Path(tmp), load_seconds=0.1) as (server, url, _):
+        held = {"box": box.name, "nspawn": box.pid, "server": server.pid, "tmp": tmp, "pytest": os.getpid()}
+        ready = Path(os.environ["STOPPED_RUN_READY"])
+        ready.with_suffix(".tmp").write_text(json.dumps(held))
+        ready.with_suffix(".tmp").rename(ready)  # whole when the other side sees it
+        time.sleep(300)
