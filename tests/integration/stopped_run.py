@@ -16,7 +16,10 @@ from tests.rehearsal.standin import local_server
 
 
 def test_held_until_stopped(box):
-    with tempfile.TemporaryDirectory(prefix="stopped-run-") as tmp, local_server(Path(tmp), load_seconds=0.1) as (server, url, _):
+    with (
+        tempfile.TemporaryDirectory(prefix="stopped-run-") as tmp,
+        local_server(Path(tmp), load_seconds=0.1) as (server, _url, _),
+    ):
         held = {"box": box.name, "nspawn": box.pid, "server": server.pid, "tmp": tmp, "pytest": os.getpid()}
         ready = Path(os.environ["STOPPED_RUN_READY"])
         ready.with_suffix(".tmp").write_text(json.dumps(held))

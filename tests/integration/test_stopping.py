@@ -4,7 +4,6 @@ bin/setup sweeps (tests/rehearsal/stopping.py, tests/rehearsal/box.py)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
