@@ -10,6 +10,8 @@ Two forms are read, never downloaded:
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,17 @@ def load_prompts(path: Path) -> list[Prompt]:
     """Every usable prompt of the file, in file order; DatasetError when there is none or the file is malformed."""
     where = f"--dataset {path}"
     try:
-        if path.stat().st_size > MAX_BYTES:
+        # Opened without blocking and checked before reading: a FIFO would wait for a writer and a device
+        # (/dev/zero) would never end; the read is bounded too, in case the file grows meanwhile.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise DatasetError(f"{where}: not a regular file; give a local ShareGPT JSON or a JSON-lines file")
+        with open(descriptor, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
             raise DatasetError(f"{where}: larger than {MAX_BYTES // 1024**3} GiB; take a sample of it")
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except FileNotFoundError as exc:
         raise DatasetError(f"{where}: no such file; give a local ShareGPT JSON or a JSON-lines file") from exc
     except UnicodeDecodeError as exc:

@@ -55,7 +55,7 @@ def gpu_slice(raw: Any, gpu_count: int, field: str = "sglang_gpu_ids") -> list[i
     if raw is None or raw == "" or raw == []:
         return list(range(gpu_count))
     if isinstance(raw, str):
-        raw = _expand(field, raw)
+        raw = _expand(field, raw, gpu_count)
     if not isinstance(raw, list):
         raise text.refuse(field, raw, "must be a list of GPU indices", 'write e.g. [0, 1, 2, 3] or "0-3"')
     ids: list[int] = []
@@ -76,13 +76,26 @@ def gpu_slice(raw: Any, gpu_count: int, field: str = "sglang_gpu_ids") -> list[i
     return ids
 
 
-def _expand(field: str, raw: str) -> list[int] | str:
+MAX_TEXT = 256  # "0,1,...,63" is 182 characters
+
+
+def _expand(field: str, raw: str, gpu_count: int) -> list[int]:
+    """"0-3,6" -> [0, 1, 2, 3, 6], each range checked against the machine before it is expanded."""
+    if len(raw) > MAX_TEXT:
+        raise text.refuse(field, raw, f"is {len(raw)} characters long, more than {MAX_TEXT}", 'write ranges, e.g. "0-3"')
     ids: list[int] = []
     for part in raw.replace(" ", "").split(","):
         low, dash, high = part.partition("-")
         if not low.isdigit() or (dash and not high.isdigit()):
             raise text.refuse(field, raw, f"{part!r} is not a GPU index or range", 'write e.g. "0-3" or "4,5,6,7"')
-        ids += list(range(int(low), int(high) + 1)) if dash else [int(low)]
+        last = int(high) if dash else int(low)
+        if last < int(low):
+            raise text.refuse(field, raw, f"the range {part!r} runs backwards", f'write it low to high, e.g. "{high}-{low}"')
+        if last >= gpu_count:
+            raise text.refuse(
+                field, raw, f"GPU {last} is not on this machine ({gpu_count} GPUs: 0-{gpu_count - 1})", "choose GPUs the machine has"
+            )
+        ids += list(range(int(low), last + 1))
     return ids
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -72,6 +73,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run_id = getattr(config.option, "testrunuid", None)
     if not hasattr(config, "workerinput") and run_id:
         shutil.rmtree(alone.lock_folder(run_id), ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """With `--count N` (pytest-repeat): how often each test failed out of its N runs, the flakiest first."""
+    count = getattr(config.option, "count", 1) or 1
+    if count < 2 or hasattr(config, "workerinput"):
+        return
+    suffix = re.compile(rf"(\[|-)\d+-{count}\]$")  # pytest-repeat's id: test[1-5], or test[chat-1-5]
+    runs: dict[str, list[bool]] = {}
+    for outcome in ("passed", "failed", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if report.when == "call" or outcome != "passed":
+                name = suffix.sub(lambda m: "]" if m.group(1) == "-" else "", report.nodeid)
+                runs.setdefault(name, []).append(outcome == "passed")
+    terminalreporter.section(f"repeated {count} times: failures per test")
+    for name, passes in sorted(runs.items(), key=lambda item: (item[1].count(True) - len(item[1]), item[0])):
+        terminalreporter.write_line(f"{len(passes) - passes.count(True)}/{len(passes)} failed  {name}")
 
 
 def _alone(item: pytest.Item | None) -> bool:

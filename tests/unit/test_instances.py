@@ -37,6 +37,22 @@ def test_gpu_slices_accept_lists_and_ranges_and_refuse_what_the_machine_lacks():
             instances.gpu_slice(bad, 8)
 
 
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("0-30000000", "GPU 30000000 is not on this machine"),
+        ("0-99999999999999", "GPU 99999999999999 is not on this machine"),
+        ("3-1", "the range '3-1' runs backwards"),
+        (",".join(["0"] * 200), "characters long"),
+    ],
+)
+def test_a_gpu_range_is_checked_before_it_is_expanded(bad, why):
+    """A huge range once took minutes and gigabytes (and a MemoryError) before anything said no."""
+    with pytest.raises(DeclarationError, match=f"sglang_gpu_ids.*{why}") as caught:
+        instances.gpu_slice(bad, 8)
+    assert len(str(caught.value)) < 400
+
+
 def test_a_unit_runs_on_the_first_gpus_of_its_slice_and_a_small_slice_is_refused():
     unit = specs.spec(TP4, instance="r1", gpu_ids=[4, 5, 6, 7])
     assert unit.name == "sglang-k26-tp4.r1.service" and unit.environment["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"

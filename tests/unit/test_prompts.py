@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -53,6 +55,24 @@ def test_a_malformed_dataset_is_refused_with_the_place_and_the_fix(tmp_path, con
     with pytest.raises(dataset.DatasetError, match=r"--dataset .*bad\.jsonl") as caught:
         dataset.load_prompts(path)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
+def test_only_a_regular_file_is_read_as_a_dataset(tmp_path, kind):
+    """/dev/zero would be read until the kernel kills the process; a FIFO would wait for a writer for ever."""
+    path = {"device": Path("/dev/zero"), "fifo": tmp_path / "fifo", "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(dataset.DatasetError, match="not a regular file"):
+        dataset.load_prompts(path)
+
+
+def test_a_dataset_over_the_bound_is_refused_without_reading_it_all(tmp_path, monkeypatch):
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"prompt": "ok"}\n' * 100)
+    monkeypatch.setattr(dataset, "MAX_BYTES", 64)
+    with pytest.raises(dataset.DatasetError, match="take a sample"):
+        dataset.load_prompts(path)
 
 
 def test_a_missing_dataset_stops_the_run_before_anything_is_sent(tmp_path, capsys):
