@@ -12,7 +12,7 @@ from typing import Any
 
 from benchmarks import compare, dataset, harness, repeats, report, results, slo
 from benchmarks.capacity import capacity_sentence, measure_levels
-from benchmarks.endpoint import EndpointError, check_url, probe
+from benchmarks.endpoint import API_KEY_VARIABLE, EndpointError, check_url, probe
 from benchmarks.search import objectives
 from benchmarks.search.runner import SearchOptions, main_search
 from benchmarks.sweep import REPO, SweepResult, parse_loadgen, run_sweep
@@ -170,6 +170,9 @@ def command_search(args: argparse.Namespace) -> int:
         )
         return 2
     problems, _ = _checked(Workload.from_cli_args(args))
+    problems += [problem for problem in [results.results_dir_problem(args.results_dir)] if problem]
+    if args.layouts.strip(", ") == "":
+        problems.append(f"--layouts {args.layouts!r}: name the declared layouts to try, comma-separated, or 'all'")
     if problems:
         print("\n".join(f"error: {problem}" for problem in problems), file=sys.stderr)
         return 2
@@ -179,7 +182,7 @@ def command_search(args: argparse.Namespace) -> int:
     if args.objective == "goodput" and not args.goodput:
         print("error: --objective goodput needs --goodput bounds, e.g. --goodput ttft:2000 tpot:50", file=sys.stderr)
         return 2
-    layouts = None if args.layouts.strip() in ("", "all") else [n.strip() for n in args.layouts.split(",") if n.strip()]
+    layouts = None if args.layouts.strip() == "all" else [n.strip() for n in args.layouts.split(",") if n.strip()]
     options = SearchOptions(
         server_host=args.server_host,
         inventory=args.inventory,
@@ -201,7 +204,9 @@ def command_search(args: argparse.Namespace) -> int:
 
 
 def api_key(args: argparse.Namespace) -> str:
-    """The key from --api-key, --api-key-file or $SGLANG_API_KEY (in that order)."""
+    """The key from --api-key, --api-key-file or $SGLANG_API_KEY (in that order); the variable is taken out of
+    this process's environment, so that no child inherits it."""
+    from_environment = os.environ.pop(API_KEY_VARIABLE, "")
     if args.api_key:
         return args.api_key
     if args.api_key_file:
@@ -209,12 +214,18 @@ def api_key(args: argparse.Namespace) -> str:
             return args.api_key_file.read_text().strip()
         except OSError as exc:
             raise EndpointError(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from exc
-    return os.environ.get("SGLANG_API_KEY", "")
+    return from_environment
 
 
 def command_run(args: argparse.Namespace) -> int:
     workload = Workload.from_cli_args(args)
     problems, prompts = _checked(workload)
+    problems += [problem for problem in [results.results_dir_problem(args.results_dir)] if problem]
+    if args.url:
+        try:  # refused input is said and leaves no record; an endpoint that fails is recorded as failed
+            args.url = check_url(args.url)
+        except EndpointError as exc:
+            problems.append(str(exc))
     if problems:
         print("\n".join(f"error: {problem}" for problem in problems), file=sys.stderr)
         return 2
@@ -252,7 +263,7 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
     try:
         key = api_key(args)
         if args.url:
-            url = check_url(args.url)
+            url = args.url
             host = host or (url.split("//", 1)[1].replace(":", "_"))
             info = probe(url, key)
             record["server"] = {"url": url, "sglang_version": info.get("version"), "server_args": info}
@@ -290,11 +301,20 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
         capacity = capacity_sentence(sweep.levels, args.slo)
         bounds = [vars(bound) for bound in args.slo]
         record["slo"] = {"bounds": bounds, "bracket": list(slo.bracket(sweep.levels, args.slo)), "capacity": capacity}
-    path = results.save_record(record, args.results_dir, host or sweep.server.get("host", "unknown"), layout or "unknown")
-    print(report.level_table(sweep.levels) if sweep.levels else "no level ran")
+    print(report.level_table(sweep.levels) if sweep.levels else "no level ran")  # first: a full disk loses no figure
     if args.slo:
         print(record["slo"]["capacity"])
-    print(f"{sweep.status}{': ' + sweep.error if sweep.error else ''}\nsaved {path}")
+    print(f"{sweep.status}{': ' + sweep.error if sweep.error else ''}", flush=True)
+    try:
+        path = results.save_record(record, args.results_dir, host or sweep.server.get("host", "unknown"), layout or "unknown")
+    except OSError as exc:
+        print(
+            f"error: the record could not be saved under {args.results_dir} ({exc.strerror or exc}); nothing partial was "
+            "left there. The figures are in the table above; free some space and run again to keep a record.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"saved {path}")
     return 0 if sweep.status == "complete" else 1
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks import repeats, results
 from benchmarks.workload import level_load, level_name
-from sglang_layout import tables
+from sglang_layout import tables, text
 
 COLUMNS = (
     "host",
@@ -30,15 +30,16 @@ def summarize_run(path: Path, run: dict[str, Any]) -> dict[str, Any]:
     peak = max(good, key=lambda level: level["aggregate_tok_s"], default=None)
     server = run.get("server") or {}
     return {
-        "host": server.get("host") or path.parent.parent.name,
-        "layout": server.get("layout") or path.parent.name,
-        "run": path.stem,
+        # Names come from files anyone may have written: shown escaped in the terminal and the Markdown.
+        "host": text.printable(server.get("host") or path.parent.parent.name),
+        "layout": text.printable(server.get("layout") or path.parent.name),
+        "run": text.printable(path.stem),
         "c1_tok_s": one["decode_tok_s"]["p50"] if one else None,
         "peak_tok_s": peak["aggregate_tok_s"] if peak else None,
         "peak_c": level_name(peak) if peak else None,
         "peak_ttft_ms": peak["ttft_ms"]["p50"] if peak else None,
         "peak_itl_ms": peak["itl_ms"]["p50"] if peak else None,
-        "status": run.get("status", "?"),
+        "status": text.printable(run.get("status", "?")),
         "c1_ci": ((one or {}).get("repeats") or {}).get("decode_tok_s_p50", {}).get("ci95"),
         "peak_ci": ((peak or {}).get("repeats") or {}).get("aggregate_tok_s", {}).get("ci95"),
         "curve": [(level_load(level), level["aggregate_tok_s"], level["decode_tok_s"]["p50"]) for level in good],

@@ -14,6 +14,11 @@ class EndpointError(ValueError):
     """The endpoint cannot be benchmarked: says what is wrong and what to do."""
 
 
+# The environment variable a user may give the server's API key in. The CLI takes it out of its own
+# environment once read, so no child (ansible-playbook, ssh, the modules, Locust) inherits it.
+API_KEY_VARIABLE = "SGLANG_API_KEY"
+SECRET_ENVIRONMENT = frozenset({API_KEY_VARIABLE})
+
 HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
 
 

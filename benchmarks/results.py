@@ -41,6 +41,19 @@ def utc_stamp(moment: datetime | None = None) -> str:
     return (moment or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
 
 
+def results_dir_problem(results_dir: Path) -> str | None:
+    """Why records could not be written under `results_dir` (checked before anything is measured), or None."""
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return f"--results-dir {results_dir}: is a file, not a folder; name a folder"
+    except OSError as exc:
+        return f"--results-dir {results_dir}: cannot be created ({exc.strerror or exc}); name a folder you can write"
+    if not os.access(results_dir, os.W_OK | os.X_OK):
+        return f"--results-dir {results_dir}: not writable; name a folder you can write"
+    return None
+
+
 def save_record(record: dict[str, Any], results_dir: Path, host: str, layout: str, stamp: str | None = None) -> Path:
     """Write the record (secrets redacted); a name already taken gets -1, -2, ...
 
@@ -52,11 +65,15 @@ def save_record(record: dict[str, Any], results_dir: Path, host: str, layout: st
     folder.mkdir(parents=True, exist_ok=True)
     stamp = stamp or utc_stamp()
     with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".partial-", suffix=".json", delete=False) as handle:
-        json.dump(secrets.redact(record), handle, indent=2, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
         partial = Path(handle.name)
+        try:
+            json.dump(secrets.redact(record), handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        except BaseException:  # a full disk: no half-written file stays behind
+            partial.unlink(missing_ok=True)
+            raise
     try:
         for attempt in range(1000):
             final = folder / (f"{stamp}.json" if attempt == 0 else f"{stamp}-{attempt}.json")

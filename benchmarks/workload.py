@@ -37,7 +37,7 @@ def bounded(low: float, high: float, *, kind: type = int) -> Callable[[str], Any
 
 def parse_levels(text: str) -> list[int]:
     try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
+        levels = [int(part) for part in text.split(",")]  # "1,,2" is a typo, not 1,2
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"--levels {text!r}: give whole numbers separated by commas, e.g. 1,16,64") from exc
     if not levels or any(not 1 <= level <= 100_000 for level in levels):
@@ -48,7 +48,7 @@ def parse_levels(text: str) -> list[int]:
 def parse_rates(text: str) -> list[float]:
     """`0.5,2,8` -> [0.5, 2.0, 8.0] requests per second, each once, in the order given."""
     try:
-        rates = [float(part) for part in text.split(",") if part.strip()]
+        rates = [float(part) for part in text.split(",")]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(
             f"--request-rates {text!r}: give numbers of requests per second separated by commas, e.g. 0.5,2,8"

@@ -80,7 +80,7 @@ MAX_TEXT = 256  # "0,1,...,63" is 182 characters
 
 
 def _expand(field: str, raw: str, gpu_count: int) -> list[int]:
-    """"0-3,6" -> [0, 1, 2, 3, 6], each range checked against the machine before it is expanded."""
+    """ "0-3,6" -> [0, 1, 2, 3, 6], each range checked against the machine before it is expanded."""
     if len(raw) > MAX_TEXT:
         raise text.refuse(field, raw, f"is {len(raw)} characters long, more than {MAX_TEXT}", 'write ranges, e.g. "0-3"')
     ids: list[int] = []
@@ -93,7 +93,10 @@ def _expand(field: str, raw: str, gpu_count: int) -> list[int]:
             raise text.refuse(field, raw, f"the range {part!r} runs backwards", f'write it low to high, e.g. "{high}-{low}"')
         if last >= gpu_count:
             raise text.refuse(
-                field, raw, f"GPU {last} is not on this machine ({gpu_count} GPUs: 0-{gpu_count - 1})", "choose GPUs the machine has"
+                field,
+                raw,
+                f"GPU {last} is not on this machine ({gpu_count} GPUs: 0-{gpu_count - 1})",
+                "choose GPUs the machine has",
             )
         ids += list(range(int(low), last + 1))
     return ids

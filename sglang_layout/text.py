@@ -43,6 +43,13 @@ def control_characters(text: str) -> list[str]:
     return sorted(repr(char)[1:-1] for char in found)
 
 
+def printable(value: Any, max_length: int = 80) -> str:
+    """Text read from a file, safe to print: control and format characters escaped (no terminal escape
+    sequence or newline gets through), long text cut."""
+    shown = "".join(repr(char)[1:-1] if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") else char for char in str(value))
+    return shown if len(shown) <= max_length else shown[: max_length - 3] + "..."
+
+
 def plain_text(field_path: str, value: Any, *, max_length: int = MAX_TEXT, fix: str = "quote it as one line of text") -> str:
     """A string with no control characters and a bounded length."""
     if not isinstance(value, str):

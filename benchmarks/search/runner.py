@@ -118,7 +118,8 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     note = (lambda _: None) if options.quiet else say
     host, workload = options.label, options.workload
     try:
-        declaration = playbooks.read_declaration(options.inventory, options.hosts[0])
+        inventory = playbooks.read_inventory(options.inventory)
+        declaration = inventory.declaration(options.hosts[0], options.inventory)
         candidates = expand(declaration["sglang_layouts"], options.layouts, options.grid)
     except (playbooks.PlaybookError, DeclarationError) as exc:
         raise SearchError(str(exc)) from exc
@@ -185,10 +186,7 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         state["hosts"] = options.hosts
         state["original_layouts"] = (previous or {}).get("original_layouts") or {n: c.serving for n, c in checks.items()}
     layouts_for_deploy = {**declaration["sglang_layouts"], **entries}
-    try:
-        groups = playbooks.read_groups(options.inventory)
-    except playbooks.PlaybookError as exc:
-        raise SearchError(str(exc)) from exc
+    groups = inventory.groups
     for candidate in candidates:
         digest = digests[candidate.name]
         entry = _entry(candidate, digest, checked.verdicts.get(candidate.name))

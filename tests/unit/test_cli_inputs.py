@@ -1,0 +1,100 @@
+"""`python -m benchmarks` refuses bad input before anything is measured, and loses nothing to a full disk."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import cli, compare, results
+from benchmarks.search import playbooks
+from tests.rehearsal.playbook import REPO
+
+UNREACHABLE = "http://127.0.0.1:1"
+
+
+def refused(capsys, *argv: str) -> str:
+    assert cli.main(list(argv)) == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("layouts", "said"), [("", "--layouts ''"), (",", "--layouts ','"), (" , ", "--layouts ' , '")])
+def test_an_empty_layout_list_is_refused_not_read_as_every_layout(capsys, tmp_path, layouts, said):
+    err = refused(capsys, "search", "--server-host", "h", "--layouts", layouts, "--results-dir", str(tmp_path))
+    assert said in err and "'all'" in err
+
+
+@pytest.mark.parametrize("option", ["--levels", "--request-rates"])
+def test_an_empty_item_in_a_list_of_loads_is_a_typo_not_skipped(capsys, option):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", "--url", UNREACHABLE, option, "1,,2"])
+    assert exited.value.code == 2 and "1,,2" in capsys.readouterr().err
+
+
+def test_a_results_dir_that_is_a_file_fails_before_anything_is_measured(capsys, tmp_path):
+    taken = tmp_path / "results"
+    taken.write_text("")
+    err = refused(capsys, "run", "--url", UNREACHABLE, "--results-dir", str(taken))
+    assert f"--results-dir {taken}: is a file" in err and "benchmarking" not in capsys.readouterr().out
+
+
+def test_a_malformed_url_is_refused_and_leaves_no_record(capsys, tmp_path):
+    err = refused(capsys, "run", "--url", "http://127.0.0.1:1/\x1b[31m", "--results-dir", str(tmp_path / "r"))
+    assert "malformed" in err and not list((tmp_path / "r").rglob("*.json"))
+
+
+def test_an_unreachable_endpoint_is_still_recorded_as_failed(capsys, tmp_path):
+    err = refused(capsys, "run", "--url", UNREACHABLE, "--results-dir", str(tmp_path / "r"))
+    (record,) = (json.loads(path.read_text()) for path in (tmp_path / "r").rglob("*.json"))
+    assert record["status"] == "failed" and "recorded as failed" in err
+
+
+def test_a_full_disk_leaves_no_partial_record(tmp_path, monkeypatch):
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(results.json, "dump", no_space)
+    with pytest.raises(OSError, match="No space left"):
+        results.save_record({"levels": [1]}, tmp_path, "host", "layout")
+    assert [path.name for path in tmp_path.rglob("*") if path.is_file()] == []
+
+
+def test_the_api_key_variable_is_read_once_and_no_child_inherits_it(monkeypatch):
+    monkeypatch.setenv("SGLANG_API_KEY", "sk-test-not-real")
+    args = cli.build_parser().parse_args(["run", "--url", UNREACHABLE])
+    assert cli.api_key(args) == "sk-test-not-real"
+    assert "SGLANG_API_KEY" not in os.environ
+    assert "SGLANG_API_KEY" not in playbooks.secrets_scrubbed({"SGLANG_API_KEY": "again"})
+
+
+def test_the_inventory_is_read_into_memory_with_the_tools_beside_the_interpreter(tmp_path, monkeypatch):
+    """Through .venv/bin/python without .venv/bin on PATH (the README's way); nothing lands in the temp dir."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(playbooks.tempfile, "tempdir", None)
+    assert playbooks.tool("ansible-inventory") == str(Path(sys.executable).parent / "ansible-inventory")
+    inventory = playbooks.read_inventory(REPO / "inventory" / "hosts.yml")
+    assert inventory.groups["sglang_servers"] == ["gpu-box-1"]
+    assert "ep8" in inventory.declaration("gpu-box-1", REPO / "inventory")["sglang_layouts"]
+    with pytest.raises(playbooks.PlaybookError, match="'nosuch' is not in the inventory"):
+        inventory.declaration("nosuch", REPO / "inventory")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_escapes_what_a_stored_record_names(tmp_path, capsys):
+    record = {
+        "kind": "sglang-benchmark-run",
+        "status": "complete",
+        "server": {"host": "box\x1b]0;owned\x07", "layout": "ep8\nforged row"},
+        "levels": [],
+    }
+    folder = tmp_path / "box" / "ep8"
+    folder.mkdir(parents=True)
+    (folder / "20260101T000000Z.json").write_text(json.dumps(record))
+    assert compare.command_compare([tmp_path], markdown_path=tmp_path / "table.md") == 0
+    shown = capsys.readouterr().out + (tmp_path / "table.md").read_text()
+    assert "\x1b" not in shown and "\x07" not in shown and "ep8\\nforged row" in shown
