@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import re
 import shutil
 import uuid
 from pathlib import Path
@@ -25,8 +24,9 @@ KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
 FLAGS_0_5_23 = DATA / "sglang-0.5.23-flags.json"
 REAL_TIER = REPO / "tests" / "real"
 
-# The rehearsal box fixtures (box_support, box, cuda_repo), for the integration and the real tier.
-pytest_plugins = ("tests.rehearsal.fixtures",)
+# The rehearsal box fixtures (box_support, box, cuda_repo), for the integration and the real tier; the run's
+# time per tier, module and worker, and with --count how often each test failed (tests/reports.py).
+pytest_plugins = ("tests.rehearsal.fixtures", "tests.reports")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,23 +73,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run_id = getattr(config.option, "testrunuid", None)
     if not hasattr(config, "workerinput") and run_id:
         shutil.rmtree(alone.lock_folder(run_id), ignore_errors=True)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """With `--count N` (pytest-repeat): how often each test failed out of its N runs, the flakiest first."""
-    count = getattr(config.option, "count", 1) or 1
-    if count < 2 or hasattr(config, "workerinput"):
-        return
-    suffix = re.compile(rf"(\[|-)\d+-{count}\]$")  # pytest-repeat's id: test[1-5], or test[chat-1-5]
-    runs: dict[str, list[bool]] = {}
-    for outcome in ("passed", "failed", "error"):
-        for report in terminalreporter.stats.get(outcome, []):
-            if report.when == "call" or outcome != "passed":
-                name = suffix.sub(lambda m: "]" if m.group(1) == "-" else "", report.nodeid)
-                runs.setdefault(name, []).append(outcome == "passed")
-    terminalreporter.section(f"repeated {count} times: failures per test")
-    for name, passes in sorted(runs.items(), key=lambda item: (item[1].count(True) - len(item[1]), item[0])):
-        terminalreporter.write_line(f"{len(passes) - passes.count(True)}/{len(passes)} failed  {name}")
 
 
 def _alone(item: pytest.Item | None) -> bool:
