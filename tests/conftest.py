@@ -36,7 +36,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     The parallel run (pytest-xdist, --dist loadfile) gives each module to one worker whole, so a module's
     fixtures are built once. The real-SGLang tier's first module goes first: it installs sglang from
     PyPI (minutes) while the other worker goes on, and its other modules come after the rest of
-    tests/integration, by when the install is there to share.
+    tests/integration, by when the install is there to share. Modules with `alone` tests come last: an
+    alone test waits for the other worker's test in progress to end, and early in the run that can be
+    the real tier's install (it once waited 385 s there); at the end the other worker has little left.
     """
     real_tier, integration = REAL_TIER, REPO / "tests" / "integration"
     for item in items:
@@ -48,7 +50,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif integration in item.path.parents:
             item.add_marker(pytest.mark.servers)
     real_modules = sorted({item.path for item in items if real_tier in item.path.parents})
-    items.sort(key=lambda item: item.path != real_modules[0] if real_modules else False)  # stable sort
+    measuring = {item.path for item in items if _alone(item)}
+    items.sort(key=lambda item: (not real_modules or item.path != real_modules[0], item.path in measuring))  # stable
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -18,6 +18,8 @@ from tests.alone import exclusive_turn
 from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.gpu_host import true_decode_tok_s
 
+pytestmark = pytest.mark.alone  # held to the server's own counts within 1% (tests/alone.py)
+
 LEVELS = (1, 16, 64)
 
 
