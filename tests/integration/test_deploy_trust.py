@@ -7,11 +7,15 @@ and injected lines are refused or neutralised before the host changes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
+import psutil
 import pytest
 
 from tests.integration.test_deploy import UNIT_DIR, deploy, main_pid, project_units, serving_only, unit
@@ -53,6 +57,31 @@ def http_status(url: str, key: str | None = None) -> int:
             return answer.status
     except urllib.error.HTTPError as error:
         return error.code
+
+
+@contextlib.contextmanager
+def processes_holding(secret: str) -> Iterator[dict[int, str]]:
+    """While the block runs, every process of the machine (the boxes' too: one PID namespace seen from here) is
+    read every 50 ms; the dict ends up naming each one whose environment or command line held `secret`."""
+    seen: dict[int, str] = {}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for process in psutil.process_iter():
+                with contextlib.suppress(psutil.Error):
+                    words = [*process.cmdline(), *(f"{k}={v}" for k, v in process.environ().items())]
+                    if any(secret in word for word in words):
+                        seen.setdefault(process.pid, " ".join(process.cmdline())[:100])
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        sampler.join(10)
 
 
 def unit_text(box, layout: str) -> str:
@@ -141,7 +170,7 @@ def secret_traces(box) -> str:
     return found.stdout.strip()
 
 
-def test_an_api_key_guards_the_server_and_appears_nowhere_else(provisioned, tmp_path):
+def test_an_api_key_guards_the_server_and_appears_nowhere_else(provisioned, tmp_path, private_tmp):
     box = provisioned.box
     keyed = {"sglang_api_key": API_KEY, "sglang_admin_api_key": "admin-rehearsal-5b1d0c9e7a"}
     checked = deploy(provisioned, "ep8", "--check", "--diff", "-v", extra_vars=keyed)
@@ -162,26 +191,31 @@ def test_an_api_key_guards_the_server_and_appears_nowhere_else(provisioned, tmp_
     again = deploy(provisioned, "ep8", extra_vars=keyed)
     assert again.returncode == 0 and again.changed(box.name) == 0, again.stdout[-3000:]
 
-    done = benchmarks(
-        "run",
-        *on_box(box.name, provisioned.inventory),
-        "--levels",
-        "1",
-        "--output-tokens",
-        "8",
-        "--input-tokens",
-        "4",
-        "--min-requests",
-        "2",
-        "--rounds",
-        "1",
-        "--results-dir",
-        str(tmp_path),
-        env={"SGLANG_API_KEY": API_KEY},
-        timeout=600,
-    )
+    with processes_holding(API_KEY) as holders:
+        done = benchmarks(
+            "run",
+            *on_box(box.name, provisioned.inventory),
+            "--levels",
+            "1",
+            "--output-tokens",
+            "8",
+            "--input-tokens",
+            "4",
+            "--min-requests",
+            "2",
+            "--rounds",
+            "1",
+            "--results-dir",
+            str(tmp_path / "results"),
+            env={"SGLANG_API_KEY": API_KEY, "TMPDIR": str(private_tmp)},
+            timeout=600,
+        )
     assert done.returncode == 0, done.stdout + done.stderr
-    (saved,) = tmp_path.rglob("*.json")
+    # The key was read once and went to the load generator in a private file: no child inherited it (the
+    # benchmark process itself keeps its environment as it was started, in /proc, whatever it unsets).
+    assert [command for command in holders.values() if "-m benchmarks" not in command] == [], holders
+    assert list(private_tmp.iterdir()) == []
+    (saved,) = (tmp_path / "results").rglob("*.json")
     assert "2c7e9d41f0a8b3c5" not in saved.read_text() + done.stdout + done.stderr
     assert json.loads(saved.read_text())["levels"][0]["completed"] == 2
 
