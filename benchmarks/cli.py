@@ -13,9 +13,10 @@ from typing import Any
 from benchmarks import compare, dataset, harness, repeats, report, results, slo
 from benchmarks.capacity import capacity_sentence, measure_levels
 from benchmarks.endpoint import API_KEY_VARIABLE, EndpointError, check_url, probe
+from benchmarks.inventory import InventoryError, read_inventory
 from benchmarks.search import objectives
 from benchmarks.search.runner import SearchOptions, main_search
-from benchmarks.sweep import REPO, SweepResult, parse_loadgen, run_sweep
+from benchmarks.sweep import LOCAL, REPO, SweepResult, parse_loadgen, run_sweep
 from benchmarks.workload import Workload, bounded
 from sglang_layout.candidates import parse_grid
 from sglang_layout.errors import DeclarationError
@@ -226,12 +227,30 @@ def command_run(args: argparse.Namespace) -> int:
             args.url = check_url(args.url)
         except EndpointError as exc:
             problems.append(str(exc))
+    if not problems:
+        problems += _hosts_problems(args)
     if problems:
         print("\n".join(f"error: {problem}" for problem in problems), file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="sglang-bench-prompts-") as tmp:
         prompts_file = dataset.write_prompts(prompts, Path(tmp) / "prompts.jsonl") if prompts else None
         return _run(args, workload, prompts_file)
+
+
+def _hosts_problems(args: argparse.Namespace) -> list[str]:
+    """The inventory hosts the run names (--server-host, --loadgen-hosts) are there, before anything is measured."""
+    named = {"--server-host": [args.server_host] if args.server_host else []}
+    if args.loadgen not in LOCAL:
+        named["--loadgen-hosts"] = args.loadgen.split(",")
+    if not any(named.values()):
+        return []
+    try:
+        read = read_inventory(args.inventory)
+        for option, hosts in named.items():
+            read.require(hosts, args.inventory, option)
+    except InventoryError as exc:
+        return [str(exc)]
+    return []
 
 
 def _checked(workload: Workload) -> tuple[list[str], list[dataset.Prompt]]:

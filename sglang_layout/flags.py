@@ -173,6 +173,7 @@ def check_argv(argv: Sequence[str], table: FlagTable) -> list[Finding]:
     """Check a rendered server command line (flags and values, no program name)."""
     findings: list[Finding] = []
     where = f"SGLang {table.version}"
+    given: dict[str, str] = {}  # canonical flag -> the spelling that gave it first
     i = 0
     while i < len(argv):
         option = argv[i]
@@ -209,6 +210,15 @@ def check_argv(argv: Sequence[str], table: FlagTable) -> list[Finding]:
                 )
             )
             continue
+        if spec.canonical in given:
+            findings.append(
+                Finding.error(
+                    "flags",
+                    f"{given[spec.canonical]} and {option} are one flag, {spec.canonical}, in {where}; the last value would win",
+                    "give the flag once, by its full name",
+                )
+            )
+        given.setdefault(spec.canonical, option)
         if option not in spec.names:
             findings.append(
                 Finding.warning(

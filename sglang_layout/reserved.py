@@ -12,7 +12,7 @@ from __future__ import annotations
 from sglang_layout import flags
 from sglang_layout.secrets import SECRET_FIELDS
 
-# Canonical reserved flag -> the declaration field that renders it.
+# Canonical reserved flag -> the declaration field that renders it (its first word; the rest says how).
 RESERVED = {
     "tp-size": "tp",
     "ep-size": "ep",
@@ -22,11 +22,21 @@ RESERVED = {
     "port": "sglang_port",
     "host": "sglang_bind_address",
     **{flag: f"{field} (keep it in Ansible Vault)" for field, (flag, _) in SECRET_FIELDS.items()},
-    "config": "the project (it passes the secrets file with --config)",
+    "config": "",  # the project passes the secrets file with --config: no field sets it
     "nnodes": "nnodes",
     "node-rank": "nodes (ranks follow the group's inventory order)",
     "dist-init-addr": "nodes and sglang_dist_init_port (rank 0's address and that port)",
 }
+
+
+def fix_for(meaning: str) -> str:
+    """What to do instead of declaring the reserved flag `--meaning` in args."""
+    owner = RESERVED[meaning]
+    if not owner:
+        return "remove it from args: the project passes --config itself (secrets go in sglang_api_key and the like, in Vault)"
+    return f"remove it from args and set `{owner.split(' ')[0]}` instead"
+
+
 # Every spelling SGLang 0.5.23 accepts for them (aliases), to their canonical name.
 SPELLINGS = {
     **{name: name for name in RESERVED},

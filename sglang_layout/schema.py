@@ -222,11 +222,32 @@ def _args(path: str, raw: Any, table: flags.FlagTable | None) -> dict[str, ArgVa
             raise text.refuse(
                 f"{path}.{flag}",
                 "<hidden>" if meaning in reserved.SECRET_FLAGS else value,
-                f"--{meaning} is rendered by the project from `{owner}`{spelled}",
-                f"remove it from args and set `{owner.split(' ')[0]}` instead",
+                f"--{meaning} is rendered by the project" + (f" from `{owner}`" if owner else "") + spelled,
+                reserved.fix_for(meaning),
             )
         result[flag] = _value(f"{path}.{flag}", flag, value)
+    _refuse_twice_given(path, list(result), table)
     return result
+
+
+def _refuse_twice_given(path: str, names: list[str], table: flags.FlagTable | None) -> None:
+    """Two names of one flag (an alias, or an abbreviation argparse expands: max-running-request beside
+    max-running-requests) would reach the server as one flag given twice, the last one winning silently.
+    Only the installed SGLang's table can tell (without it, preflight on the host checks the command line)."""
+    if table is None:
+        return
+    seen: dict[str, str] = {}
+    for name in names:
+        spec, _ = flags.resolve(table, f"--{name}")
+        canonical = spec.canonical.removeprefix("--") if spec else name
+        if canonical in seen:
+            raise text.refuse(
+                f"{path}.{name}",
+                name,
+                f"argparse reads --{seen[canonical]} and --{name} as one flag, --{canonical}",
+                "give the flag once, by its full name",
+            )
+        seen[canonical] = name
 
 
 def _env(path: str, raw: Any) -> dict[str, str]:

@@ -7,10 +7,7 @@ box); each launch is deploy.yml, with its swap, health wait, diagnosis and rollb
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -18,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.endpoint import SECRET_ENVIRONMENT
 from benchmarks.sweep import REPO, unsafe_vars_file
 
 # What the search reads from the declaration (besides the layouts), and what makes a candidate's server.
@@ -31,57 +27,6 @@ class PlaybookError(Exception):
 
 def _env() -> dict[str, str]:
     return {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
-
-
-def secrets_scrubbed(extra: dict[str, str]) -> dict[str, str]:
-    """This process's environment and `extra`, without the secrets a child must never inherit."""
-    return {key: value for key, value in {**os.environ, **extra}.items() if key not in SECRET_ENVIRONMENT}
-
-
-def tool(name: str) -> str:
-    """An Ansible command: the one beside this interpreter (a venv's, even when its bin is not on PATH), else PATH's."""
-    beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else shutil.which(name) or name
-
-
-@dataclass(frozen=True)
-class Inventory:
-    hostvars: dict[str, dict[str, Any]]
-    groups: dict[str, list[str]]  # each group's hosts in inventory order (the rank order of a multi-node layout)
-
-    def declaration(self, host: str, path: Path) -> dict[str, Any]:
-        """The host's variables as the inventory and its group_vars declare them."""
-        if host not in self.hostvars:
-            raise PlaybookError(f"host {host!r} is not in the inventory {path}; name one of: {', '.join(self.hostvars)}")
-        declared = self.hostvars[host]
-        if not isinstance(declared.get("sglang_layouts"), dict) or not declared["sglang_layouts"]:
-            raise PlaybookError(f"host {host!r} has no sglang_layouts declared (group_vars/sglang_servers.yml)")
-        return declared
-
-
-def read_inventory(inventory: Path) -> Inventory:
-    """Every host's variables and every group, read once by ansible-inventory into memory: nothing is written
-    (ansible-runner's get_inventory left the variables, secrets too, in a folder of its own under the temp dir)."""
-    try:
-        done = subprocess.run(
-            [tool("ansible-inventory"), "-i", str(inventory), "--list"],
-            capture_output=True,
-            text=True,
-            env=secrets_scrubbed(_env()),
-            timeout=120,
-            check=False,
-        )
-        listing = json.loads(done.stdout) if done.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
-        raise PlaybookError(f"the inventory {inventory} could not be read: {exc}") from exc
-    if not isinstance(listing, dict):
-        reason = (done.stderr or "").strip().splitlines()[-1:] or [f"ansible-inventory exited {done.returncode}"]
-        raise PlaybookError(f"the inventory {inventory} could not be read: {reason[0]}")
-    hostvars = (listing.get("_meta") or {}).get("hostvars") or {}
-    groups = {
-        name: list(group.get("hosts") or []) for name, group in listing.items() if isinstance(group, dict) and name != "_meta"
-    }
-    return Inventory(hostvars, groups)
 
 
 def _run(

@@ -15,6 +15,7 @@ from typing import Any
 
 from benchmarks import results, slo
 from benchmarks.capacity import measure_levels
+from benchmarks.inventory import InventoryError, read_inventory
 from benchmarks.search import manifest, objectives, playbooks
 from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
@@ -118,10 +119,11 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     note = (lambda _: None) if options.quiet else say
     host, workload = options.label, options.workload
     try:
-        inventory = playbooks.read_inventory(options.inventory)
+        inventory = read_inventory(options.inventory)
+        inventory.require(options.hosts, options.inventory, "--server-host")
         declaration = inventory.declaration(options.hosts[0], options.inventory)
         candidates = expand(declaration["sglang_layouts"], options.layouts, options.grid)
-    except (playbooks.PlaybookError, DeclarationError) as exc:
+    except (InventoryError, DeclarationError) as exc:
         raise SearchError(str(exc)) from exc
     entries = {c.name: c.entry for c in candidates}
     _validate(entries, declaration)

@@ -6,12 +6,12 @@ import errno
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from benchmarks import cli, compare, results
-from benchmarks.search import playbooks
+from benchmarks import cli, compare, inventory, results
 from tests.rehearsal.playbook import REPO
 
 UNREACHABLE = "http://127.0.0.1:1"
@@ -68,21 +68,34 @@ def test_the_api_key_variable_is_read_once_and_no_child_inherits_it(monkeypatch)
     args = cli.build_parser().parse_args(["run", "--url", UNREACHABLE])
     assert cli.api_key(args) == "sk-test-not-real"
     assert "SGLANG_API_KEY" not in os.environ
-    assert "SGLANG_API_KEY" not in playbooks.secrets_scrubbed({"SGLANG_API_KEY": "again"})
+    monkeypatch.setenv("SGLANG_API_KEY", "again")
+    assert "SGLANG_API_KEY" not in inventory.tool_env()
 
 
 def test_the_inventory_is_read_into_memory_with_the_tools_beside_the_interpreter(tmp_path, monkeypatch):
     """Through .venv/bin/python without .venv/bin on PATH (the README's way); nothing lands in the temp dir."""
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(playbooks.tempfile, "tempdir", None)
-    assert playbooks.tool("ansible-inventory") == str(Path(sys.executable).parent / "ansible-inventory")
-    inventory = playbooks.read_inventory(REPO / "inventory" / "hosts.yml")
-    assert inventory.groups["sglang_servers"] == ["gpu-box-1"]
-    assert "ep8" in inventory.declaration("gpu-box-1", REPO / "inventory")["sglang_layouts"]
-    with pytest.raises(playbooks.PlaybookError, match="'nosuch' is not in the inventory"):
-        inventory.declaration("nosuch", REPO / "inventory")
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert inventory.tool("ansible-inventory") == str(Path(sys.executable).parent / "ansible-inventory")
+    read = inventory.read_inventory(REPO / "inventory" / "hosts.yml")
+    assert read.groups["sglang_servers"] == ["gpu-box-1"]
+    assert "ep8" in read.declaration("gpu-box-1", REPO / "inventory")["sglang_layouts"]
+    with pytest.raises(inventory.InventoryError, match=r"--server-host nosuch: not in the inventory .* name one of: gpu-box-1"):
+        read.require(["gpu-box-1", "nosuch"], REPO / "inventory", "--server-host")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [("--server-host", "--server-host nosuch: not in the inventory"), ("--loadgen-hosts", "--loadgen-hosts nosuch")],
+)
+def test_a_host_missing_from_the_inventory_is_refused_before_a_level_runs(capsys, tmp_path, option, said):
+    where = ["--server-host", "gpu-box-1"] if option == "--loadgen-hosts" else []
+    err = refused(capsys, "run", *where, option, "nosuch", "--results-dir", str(tmp_path / "r"))
+    assert (said in err and "name one of: gpu-box-1" in err and not (tmp_path / "r").exists()) or not list(
+        (tmp_path / "r").iterdir()
+    )
 
 
 def test_compare_escapes_what_a_stored_record_names(tmp_path, capsys):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sglang_layout import command, hardening, reserved
+from sglang_layout import command, flags, hardening, reserved
 from sglang_layout.errors import DeclarationError
 from sglang_layout.preflight import Facts, check_layout
 from sglang_layout.schema import parse_layout, parse_layouts, server_settings
@@ -128,6 +128,23 @@ def test_abbreviations_of_reserved_flags_are_refused_with_the_table(flag_table, 
     assert reserved.reserved_meaning(name, flag_table) == meaning
     error = refused(parse_layout, "ep8", {"args": {name: "x"}}, flag_table=flag_table)
     assert f"--{meaning}" in error.problem
+
+
+def test_a_reserved_flag_no_field_sets_says_so_instead_of_naming_a_field(flag_table):
+    error = refused(parse_layout, "ep8", {"args": {"conf": "/x"}}, flag_table=flag_table)
+    assert "the project passes --config itself" in error.fix and "`the`" not in error.fix
+
+
+def test_one_flag_given_twice_through_an_abbreviation_is_refused(flag_table):
+    """argparse would read both as --max-running-requests and keep the last value, silently."""
+    twice = {"args": {"max-running-requests": 64, "max-running-request": 128}}
+    error = refused(parse_layout, "ep8", twice, flag_table=flag_table)
+    assert (
+        error.field_path == "sglang_layouts.ep8.args.max-running-request" and "one flag, --max-running-requests" in error.problem
+    )
+    argv = ["--max-running-requests", "64", "--max-running-request", "128"]
+    [duplicate] = [f for f in flags.check_argv(argv, flag_table) if f.severity == "error"]
+    assert "are one flag, --max-running-requests" in duplicate.message
 
 
 @pytest.mark.parametrize("name", ["hos", "por", "tp", "ho", "api"])
