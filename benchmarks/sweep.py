@@ -241,6 +241,10 @@ def _failure_reason(runner: Any, levels: list[dict[str, Any]]) -> str:
     if failed_levels:
         return f"{level_name(failed_levels[0])}: {failed_levels[0].get('error', 'failed')}"
     for event in runner.events:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_unreachable":
+            message = str(data.get("res", {}).get("msg", "")).strip()[:400]
+            return f"{data.get('host', 'a host')} is unreachable over SSH ({message}); check the inventory's address, port and key"
         if event.get("event") == "runner_on_failed":
-            return str(event.get("event_data", {}).get("res", {}).get("msg", "the benchmark playbook failed"))[:500]
+            return str(data.get("res", {}).get("msg", "the benchmark playbook failed"))[:500]
     return "" if runner.status == "successful" else f"the benchmark playbook ended {runner.status}"

@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -111,3 +112,13 @@ def test_compare_escapes_what_a_stored_record_names(tmp_path, capsys):
     assert compare.command_compare([tmp_path], markdown_path=tmp_path / "table.md") == 0
     shown = capsys.readouterr().out + (tmp_path / "table.md").read_text()
     assert "\x1b" not in shown and "\x07" not in shown and "ep8\\nforged row" in shown
+
+
+def test_an_unreachable_host_is_named_with_ssh_s_own_words():
+    unreachable = {
+        "event": "runner_on_unreachable",
+        "event_data": {"host": "gpu-box-1", "res": {"msg": "ssh: connect to host 10.0.0.5 port 22: Connection refused"}},
+    }
+    runner = SimpleNamespace(events=[unreachable], status="failed")
+    reason = sweep._failure_reason(runner, [])
+    assert reason.startswith("gpu-box-1 is unreachable over SSH (ssh: connect to host 10.0.0.5 port 22: Connection refused)")
