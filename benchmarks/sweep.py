@@ -244,7 +244,7 @@ def _failure_reason(runner: Any, levels: list[dict[str, Any]]) -> str:
         data = event.get("event_data", {})
         if event.get("event") == "runner_on_unreachable":
             message = str(data.get("res", {}).get("msg", "")).strip()[:400]
-            return f"{data.get('host', 'a host')} is unreachable over SSH ({message}); check the inventory's address, port and key"
+            return f"{data.get('host', 'a host')} is unreachable over SSH ({message}); check its address, port and key"
         if event.get("event") == "runner_on_failed":
             return str(data.get("res", {}).get("msg", "the benchmark playbook failed"))[:500]
     return "" if runner.status == "successful" else f"the benchmark playbook ended {runner.status}"

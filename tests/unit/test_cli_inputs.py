@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import cli, compare, inventory, results
+from benchmarks import cli, compare, inventory, results, sweep
 from tests.rehearsal.playbook import REPO
 
 UNREACHABLE = "http://127.0.0.1:1"
