@@ -1,4 +1,4 @@
-"""From per-request records to a level's figures. Pure functions; definitions in the README.
+"""From per-request records to a level's figures. Pure functions; definitions in docs/benchmarks.md.
 
 Times are seconds in; reported latencies are milliseconds, rates tokens per second.
 """

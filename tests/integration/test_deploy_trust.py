@@ -106,7 +106,7 @@ def test_the_unit_is_hardened_the_stand_in_serves_under_it_and_status_rates_it(p
     assert status.returncode == 0, status.output[-3000:]
     score = re.search(rf'"sandbox: {re.escape(unit("ep8"))}: ([0-9.]+) (\w+)', status.stdout)
     assert score, status.stdout[-2000:]
-    assert float(score.group(1)) <= 3.0, score.group(0)  # the README states the figure
+    assert float(score.group(1)) <= 3.0, score.group(0)  # docs/security.md states the figure
 
 
 def test_a_layout_can_loosen_one_sandbox_knob_and_nothing_else(provisioned):
