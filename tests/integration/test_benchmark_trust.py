@@ -117,3 +117,26 @@ def test_compare_skips_and_names_files_it_cannot_read(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "ep8" in done.stdout and "60.0" in done.stdout
     assert "skipped" in done.stderr and "broken.json" in done.stderr and "old.json" in done.stderr
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A folder on a 64 KiB tmpfs, filled up (a mount: root only, as every box test)."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True)
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={folder / 'filler'}", "bs=4k"], capture_output=True, check=False)
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_a_full_disk_loses_no_figure_and_leaves_no_partial_record(tmp_path, full_disk):
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 5.0}) as url:
+        done = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(full_disk))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "C=1" in done.stdout and "complete" in done.stdout  # the level table, printed before the save failed
+    assert "could not be saved" in done.stderr and "No space left on device" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(path.name for path in full_disk.rglob("*") if path.is_file()) == ["filler"]
