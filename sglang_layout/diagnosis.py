@@ -51,6 +51,15 @@ CAUSES = (
         "Check sglang_model_path exists on the host and the service user can read it.",
     ),
     Cause(
+        "ptrace",
+        "the sandbox refused ptrace permission between the server's ranks (pidfd_getfd)",
+        _patterns(r"pidfd_getfd.*(Operation not permitted|errno 1\b|EPERM)", r"--cap-add=SYS_PTRACE"),
+        "CUDA memory handles passed between ranks need the call and the permission: give this layout "
+        "hardening: {SystemCallFilter: ['@system-service', pidfd_getfd]} (systemd puts pidfd_getfd in @debug), "
+        "and where kernel.yama.ptrace_scope is 1 also {AmbientCapabilities: CAP_SYS_PTRACE, "
+        "CapabilityBoundingSet: CAP_SYS_PTRACE} (docs/security.md).",
+    ),
+    Cause(
         "oom",
         "out of GPU memory",
         _patterns(r"out of memory", r"OutOfMemoryError", r"Not enough memory", r"CUDA_ERROR_OUT_OF_MEMORY"),

@@ -79,6 +79,19 @@ ALLOWED = frozenset(
 )
 
 
+# Capabilities an override may grant the server, each with why a real SGLang may need it. Anything else
+# (CAP_SYS_ADMIN, CAP_SETUID, CAP_DAC_OVERRIDE, ...) is refused: relaxing the sandbox is the user's call,
+# granting privileges beyond these is not a setting this project offers.
+GRANTABLE = {
+    "CAP_SYS_PTRACE": (
+        "CUDA memory handles passed between the server's own ranks with pidfd_getfd (flashinfer's MNNVL "
+        "all-to-all on x86_64) need ptrace permission over a sibling process, which Yama's ptrace_scope=1 "
+        "refuses without it"
+    ),
+}
+CAPABILITY_DIRECTIVES = ("AmbientCapabilities", "CapabilityBoundingSet")
+
+
 def _value(path: str, value: Any) -> HardeningValue | None:
     if value is None:
         return None
@@ -109,7 +122,32 @@ def parse_overrides(path: str, raw: Any) -> dict[str, HardeningValue | None]:
                 f"use one of {', '.join(sorted(ALLOWED))}",
             )
         result[name] = _value(f"{path}.{name}", value)
+        if name in CAPABILITY_DIRECTIVES:
+            _refuse_privileges(f"{path}.{name}", name, result[name])
     return result
+
+
+def capabilities(value: HardeningValue | None) -> list[str]:
+    """The capability names of an AmbientCapabilities= or CapabilityBoundingSet= value ('' or None: none)."""
+    items = value if isinstance(value, tuple) else (value or "",)
+    return [word.upper() for item in items for word in item.replace(",", " ").split()]
+
+
+def _refuse_privileges(path: str, name: str, value: HardeningValue | None) -> None:
+    fix = f"grant only {', '.join(GRANTABLE)} (docs/security.md says why each), or leave {name} as it is"
+    if value is None and name == "CapabilityBoundingSet":
+        raise text.refuse(path, None, "dropping it would leave the server every capability's bound", fix)
+    granted = capabilities(value)
+    if any(word.startswith("~") for word in granted):
+        raise text.refuse(path, value, "an inverted list (~) grants every capability it does not name", fix)
+    refused = [cap for cap in granted if cap not in GRANTABLE]
+    if refused:
+        raise text.refuse(path, value, f"would grant {', '.join(refused)} to the server", fix)
+
+
+def granted(directives: Mapping[str, HardeningValue]) -> dict[str, str]:
+    """The capabilities a unit's sandbox grants its server (ambient), with why each may be needed."""
+    return {cap: GRANTABLE.get(cap, "not on the grantable list") for cap in capabilities(directives.get("AmbientCapabilities"))}
 
 
 def merged(state_dir: str, *overrides: Mapping[str, HardeningValue | None]) -> dict[str, HardeningValue]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_layout import command, defaults, flags, memory, parallel, text
+from sglang_layout import command, defaults, flags, hardening, memory, parallel, text
 from sglang_layout.findings import Finding
 from sglang_layout.model_size import ModelConfigError, ModelWeights, model_weights
 from sglang_layout.nodes import NodePlace
@@ -28,6 +28,7 @@ class Facts:
     api_key_set: bool = False
     secrets_file: str | None = None  # where the unit's --config file of secrets is read from
     dist_init_port: int = defaults.DIST_INIT_PORT
+    hardening: Mapping[str, Any] = field(default_factory=dict)  # sglang_service_hardening, parsed
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def check_layout(layout: Layout, facts: Facts, estimate: tuple[ModelWeights | No
         layout, model_path=facts.model_path, port=facts.port, host=facts.host, secrets_file=facts.secrets_file, node=node
     )
     findings += check_exposure(layout, facts)
+    findings += check_privileges(layout, facts)
     findings += parallel.check_parallel(layout, facts.gpu_count, weights.routed_experts if weights else None)
     fit = None
     if weights is not None and facts.gpu_memory_gib:
@@ -129,6 +131,17 @@ def check_exposure(layout: Layout, facts: Facts) -> list[Finding]:
             f"the server would listen on {facts.host}:{facts.port} with no API key: anyone who reaches the port can use it",
             "set sglang_api_key (from Ansible Vault), or sglang_bind_address: 127.0.0.1",
         )
+    ]
+
+
+def check_privileges(layout: Layout, facts: Facts) -> list[Finding]:
+    """A capability granted to the server (only those of hardening.GRANTABLE get this far) is said every time."""
+    directives = hardening.merged("/", facts.hardening, layout.hardening)
+    return [
+        Finding.warning(
+            "privileges", f"the server is granted {cap}: {why}", "drop it from hardening when the server starts without it"
+        )
+        for cap, why in hardening.granted(directives).items()
     ]
 
 

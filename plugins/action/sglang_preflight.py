@@ -53,7 +53,7 @@ class ActionModule(ActionBase):
         try:
             settings, layouts, table = declaration_from_task(args)
             # Checked here too, so that a bad override is refused before anything on the host changes.
-            parse_overrides("sglang_service_hardening", args["hardening"])
+            overrides = parse_overrides("sglang_service_hardening", args["hardening"])
             chosen = select_layout(layouts, args["layout"]) if args["layout"] is not None else None
             config, index = args["model_config"], args["model_index"]
             if args["model_config_path"]:
@@ -69,6 +69,7 @@ class ActionModule(ActionBase):
                 host=settings.bind_address,
                 api_key_set=args["api_key_set"],
                 secrets_file=SECRETS_FILE_IN_UNIT if args["secrets"] else None,
+                hardening=overrides,
             )
             verdicts = check_all(layouts, facts)
         except (DeclarationError, ModelConfigError, ValueError) as exc:

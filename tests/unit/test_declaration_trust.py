@@ -234,6 +234,37 @@ def test_hardening_defaults_and_overrides():
     assert merged.count("ReadOnlyPaths=/a") == 1 and "ReadOnlyPaths=/b" in merged
 
 
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (
+            {"AmbientCapabilities": "CAP_DAC_OVERRIDE CAP_SETUID CAP_SYS_ADMIN CAP_SYS_PTRACE"},
+            "CAP_DAC_OVERRIDE, CAP_SETUID, CAP_SYS_ADMIN",
+        ),
+        ({"CapabilityBoundingSet": "cap_sys_admin"}, "would grant CAP_SYS_ADMIN"),
+        ({"CapabilityBoundingSet": "~CAP_SYS_PTRACE"}, "an inverted list"),
+        ({"CapabilityBoundingSet": None}, "every capability's bound"),
+    ],
+)
+def test_an_override_may_relax_the_sandbox_but_not_grant_privileges(overrides, said):
+    """Such a unit once deployed with rc 0 and no warning, its server holding CAP_SYS_ADMIN."""
+    error = refused(parse_layout, "ep8", {"hardening": overrides})
+    assert said in error.problem and "CAP_SYS_PTRACE" in error.fix
+    with pytest.raises(DeclarationError, match=said.split(",")[0]):
+        hardening.parse_overrides("sglang_service_hardening", overrides)
+
+
+def test_a_granted_capability_on_the_short_list_is_said_in_preflight():
+    grant = {"AmbientCapabilities": "CAP_SYS_PTRACE", "CapabilityBoundingSet": "CAP_SYS_PTRACE"}
+    layout = parse_layout("ep8", {"tp": 8, "ep": 8, "hardening": grant})
+    assert "AmbientCapabilities=CAP_SYS_PTRACE" in hardening.unit_lines(hardening.merged("/var/lib/sglang", layout.hardening))
+    [warning] = [f for f in check_layout(layout, Facts(gpu_count=8, host="127.0.0.1")).warnings if f.rule == "privileges"]
+    assert "granted CAP_SYS_PTRACE" in warning.message and "pidfd_getfd" in warning.message
+    plain = parse_layout("ep8", {"tp": 8, "ep": 8})
+    facts = Facts(gpu_count=8, host="127.0.0.1", hardening=hardening.parse_overrides("sglang_service_hardening", grant))
+    assert [f.rule for f in check_layout(plain, facts).warnings] == ["privileges"]
+
+
 # --- 5. bad input: a message and exit 2, never a traceback ------------------------------------------
 
 

@@ -19,6 +19,11 @@ ZERO = """  File "/opt/sglang/venv/lib/python3.12/site-packages/sglang/srt/layer
 ZeroDivisionError: integer division or modulo by zero"""
 PORT = "OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 30001): address already in use"
 MODEL = "OSError: /srv/models/Kimi-K2.6 does not appear to have a file named config.json."
+# flashinfer's MNNVL all-to-all on x86_64 under a default-capability sandbox (flashinfer-ai/flashinfer#4089).
+PTRACE = (
+    "RuntimeError: pidfd_getfd(pidfd=41, fd=38) failed with errno 1: Operation not permitted. "
+    "... try adding --cap-add=SYS_PTRACE to your docker run command."
+)
 NCCL = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
 
 
@@ -32,6 +37,7 @@ NCCL = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:
         (PORT, "port", "address already in use"),
         (MODEL, "model_missing", "config.json"),
         (NCCL, "nccl", "NCCL error"),
+        (PTRACE, "ptrace", "pidfd_getfd"),
     ],
 )
 def test_each_failure_is_named_and_its_lines_quoted(journal, cause, quoted):
