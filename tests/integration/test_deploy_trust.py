@@ -123,6 +123,22 @@ def test_a_layout_can_loosen_one_sandbox_knob_and_nothing_else(provisioned):
     refused = deploy(provisioned, "ep8", "-e", "preflight=false", extra_vars=sneaky)
     assert refused.returncode != 0 and "is not one of the sandbox directives" in refused.stdout
     assert (main_pid(box, "ep8"), project_units(box), unit_text(box, "ep8")) == before
+    privileged = {"sglang_service_hardening": {"AmbientCapabilities": "CAP_SYS_ADMIN CAP_SETUID", "CapabilityBoundingSet": None}}
+    refused = deploy(provisioned, "ep8", "-e", "preflight=false", extra_vars=privileged)
+    assert refused.returncode != 0 and "would grant CAP_SYS_ADMIN, CAP_SETUID" in refused.stdout, refused.stdout[-2000:]
+    assert (main_pid(box, "ep8"), project_units(box), unit_text(box, "ep8")) == before
+
+
+def test_a_capability_on_the_short_list_is_granted_and_said_in_preflight_and_status(provisioned):
+    grant = {"AmbientCapabilities": "CAP_SYS_PTRACE", "CapabilityBoundingSet": "CAP_SYS_PTRACE"}
+    deployed = deploy(provisioned, "ep8", extra_vars={"sglang_service_hardening": grant})
+    assert deployed.returncode == 0, deployed.output[-3000:]
+    assert "the server is granted CAP_SYS_PTRACE" in deployed.stdout
+    status = provisioned.playbook("playbooks/status.yml", extra_vars={"sglang_service_hardening": grant}).succeeded()
+    assert "privileges: WARNING: the server is granted CAP_SYS_PTRACE" in status.stdout
+    deploy(provisioned, "ep8").succeeded()  # the plain sandbox again, for the tests after this one
+    status = provisioned.playbook("playbooks/status.yml").succeeded()
+    assert "privileges: no capability granted" in status.stdout
 
 
 def test_an_injected_description_stays_a_comment(provisioned):
