@@ -67,17 +67,17 @@ def test_a_run_is_stored_and_never_overwritten_and_compare_reads_it(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("url", "message"),
+    ("url", "message", "records"),
     [
-        ("localhost:30001", "is malformed: give it as http://HOST:PORT"),
-        ("http://127.0.0.1:9", "is unreachable"),
+        ("localhost:30001", "is malformed: give it as http://HOST:PORT", 0),  # refused input: no record
+        ("http://127.0.0.1:9", "is unreachable", 1),  # a run that failed: recorded as failed
     ],
 )
-def test_a_bad_or_unreachable_endpoint_is_explained_and_recorded_as_failed(tmp_path, url, message):
+def test_a_bad_or_unreachable_endpoint_is_explained_and_only_a_failed_run_is_recorded(tmp_path, url, message, records):
     done = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(tmp_path))
     assert done.returncode == 2 and message in done.stderr
-    (run,) = stored(tmp_path)
-    assert run["status"] == "failed" and message in run["error"]
+    runs = stored(tmp_path)
+    assert len(runs) == records and all(run["status"] == "failed" and message in run["error"] for run in runs)
 
 
 def test_a_server_that_returns_errors_gives_failed_levels_with_the_error(tmp_path):

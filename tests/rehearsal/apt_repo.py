@@ -85,45 +85,55 @@ def _release(directory: Path) -> str:
 def build(root: Path, base_url: str, distro: str = "debian12", arch: str = "x86_64") -> AptRepo:
     """Build the signed stand-in repo under `root` for packages served at `base_url`."""
     repo = AptRepo(root=root, base_url=base_url.rstrip("/"), distro=distro, arch=arch)
-    target = root / distro / arch
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp) / "gnupg"
+    (root / distro / arch).mkdir(parents=True, exist_ok=True)
+    # gpg-agent's socket goes in the key's home: under a deep TMPDIR (a test's own) its path would pass the
+    # 108-byte limit of a socket's name, so the home is short, and the agent is stopped once the repo is signed.
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory(prefix="gpg-", dir="/tmp") as keys:
+        home = Path(keys) / "gnupg"
         home.mkdir(mode=0o700)
-        _gpg(home, "--quick-gen-key", "Rehearsal CUDA stand-in repo", "ed25519", "sign", "never")
-        keyring = _gpg(home, "--export")
-        sources = f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {repo.url} /\n"
-        _deb(
-            Path(tmp),
-            "cuda-keyring",
-            "1.1-1",
-            {
-                "/usr/share/keyrings/cuda-archive-keyring.gpg": (keyring, 0o644),
-                f"/etc/apt/sources.list.d/cuda-{distro}-{arch}.list": (sources, 0o644),
-            },
-            "NVIDIA CUDA repository keyring",
-        ).rename(target / "cuda-keyring_1.1-1_all.deb")
-        nvcc = "#!/bin/sh\n# STAND-IN nvcc: answers --version only\ncat <<'EOF'\n" + NVCC_VERSION + "EOF\n"
-        _deb(
-            Path(tmp),
-            "cuda-toolkit-13-0",
-            "13.0.0-1",
-            {
-                "/usr/local/cuda-13.0/bin/nvcc": (nvcc, 0o755),
-                "/usr/local/cuda-13.0/version.json": ('{"cuda": {"name": "CUDA SDK", "version": "13.0.0"}}\n', 0o644),
-                "/usr/local/cuda-13.0/lib64/.keep": ("", 0o644),
-            },
-            "CUDA Toolkit 13.0",
-        ).rename(target / "cuda-toolkit-13-0_13.0.0-1_all.deb")
-        packages = subprocess.run(
-            ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=target, capture_output=True, check=True
-        ).stdout
-        (target / "Packages").write_bytes(packages)
-        subprocess.run(["gzip", "-kf9n", "Packages"], cwd=target, check=True)
-        release = _release(target).encode()
-        (target / "Release").write_bytes(release)
-        (target / "InRelease").write_bytes(_gpg(home, "--clearsign", data=release))
+        try:
+            _signed(repo, root, Path(tmp), home, distro, arch)
+        finally:
+            subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False)
     return repo
+
+
+def _signed(repo: AptRepo, root: Path, tmp: Path, home: Path, distro: str, arch: str) -> None:
+    """The two packages, the index and its signature, made with a key generated in `home`."""
+    target = root / distro / arch
+    _gpg(home, "--quick-gen-key", "Rehearsal CUDA stand-in repo", "ed25519", "sign", "never")
+    keyring = _gpg(home, "--export")
+    sources = f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {repo.url} /\n"
+    _deb(
+        tmp,
+        "cuda-keyring",
+        "1.1-1",
+        {
+            "/usr/share/keyrings/cuda-archive-keyring.gpg": (keyring, 0o644),
+            f"/etc/apt/sources.list.d/cuda-{distro}-{arch}.list": (sources, 0o644),
+        },
+        "NVIDIA CUDA repository keyring",
+    ).rename(target / "cuda-keyring_1.1-1_all.deb")
+    nvcc = "#!/bin/sh\n# STAND-IN nvcc: answers --version only\ncat <<'EOF'\n" + NVCC_VERSION + "EOF\n"
+    _deb(
+        tmp,
+        "cuda-toolkit-13-0",
+        "13.0.0-1",
+        {
+            "/usr/local/cuda-13.0/bin/nvcc": (nvcc, 0o755),
+            "/usr/local/cuda-13.0/version.json": ('{"cuda": {"name": "CUDA SDK", "version": "13.0.0"}}\n', 0o644),
+            "/usr/local/cuda-13.0/lib64/.keep": ("", 0o644),
+        },
+        "CUDA Toolkit 13.0",
+    ).rename(target / "cuda-toolkit-13-0_13.0.0-1_all.deb")
+    packages = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=target, capture_output=True, check=True
+    ).stdout
+    (target / "Packages").write_bytes(packages)
+    subprocess.run(["gzip", "-kf9n", "Packages"], cwd=target, check=True)
+    release = _release(target).encode()
+    (target / "Release").write_bytes(release)
+    (target / "InRelease").write_bytes(_gpg(home, "--clearsign", data=release))
 
 
 @contextlib.contextmanager
