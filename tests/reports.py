@@ -16,10 +16,25 @@ import pytest
 
 TIERS = ("real_sglang", "box", "servers")  # the first marker a test carries names its tier; none: unit
 _started: list[float] = []
+_spans: dict[tuple[str, str], list[float]] = {}  # (worker, module) -> [first report, last report], minutes into the run
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     _started.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """When each module's reports reached the controller, per worker: the run's timeline."""
+    if not _started:
+        return
+    now = (time.monotonic() - _started[0]) / 60
+    module = report.nodeid.split("::")[0]
+    span = _spans.setdefault((_worker(report), module), [now - report.duration / 60, now])
+    span[1] = now
+
+
+def _worker(report: pytest.TestReport) -> str:
+    return getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
 
 
 def tier(keywords: dict) -> str:
@@ -46,8 +61,7 @@ def _time_summary(terminalreporter, reports: list) -> None:
     for report in reports:
         by_tier[tier(report.keywords)] += report.duration
         by_module[report.nodeid.split("::")[0]] += report.duration
-        node = getattr(report, "node", None)
-        by_worker[getattr(getattr(node, "gateway", None), "id", "main")] += report.duration
+        by_worker[_worker(report)] += report.duration
     wall = time.monotonic() - _started[0] if _started else 0.0
     terminalreporter.section("where the time went")
     terminalreporter.write_line(f"wall {wall / 60:.1f} min (pytest alone, set-up and lint not counted)")
@@ -57,6 +71,9 @@ def _time_summary(terminalreporter, reports: list) -> None:
         terminalreporter.write_line(f"worker {name:<10} busy {busy / 60:6.1f} min, waiting or idle {(wall - busy) / 60:5.1f} min")
     for module, seconds in sorted(by_module.items(), key=lambda item: -item[1])[:12]:
         terminalreporter.write_line(f"{seconds / 60:6.1f} min  {module}")
+    terminalreporter.write_line("timeline (minutes into the run, per worker):")
+    for (worker, module), (first, last) in sorted(_spans.items(), key=lambda item: (item[0][0], item[1][0])):
+        terminalreporter.write_line(f"  {worker:<5} {first:5.1f} - {last:5.1f}  {module}")
 
 
 def _repeat_summary(terminalreporter, reports: list, count: int) -> None:

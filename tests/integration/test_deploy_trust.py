@@ -62,7 +62,7 @@ def http_status(url: str, key: str | None = None) -> int:
 @contextlib.contextmanager
 def processes_holding(secret: str) -> Iterator[dict[int, str]]:
     """While the block runs, every process of the machine (the boxes' too: one PID namespace seen from here) is
-    read every 50 ms; the dict ends up naming each one whose environment or command line held `secret`."""
+    read every 100 ms; the dict ends up naming each one whose environment or command line held `secret`."""
     seen: dict[int, str] = {}
     done = threading.Event()
 
@@ -73,7 +73,7 @@ def processes_holding(secret: str) -> Iterator[dict[int, str]]:
                     words = [*process.cmdline(), *(f"{k}={v}" for k, v in process.environ().items())]
                     if any(secret in word for word in words):
                         seen.setdefault(process.pid, " ".join(process.cmdline())[:100])
-            done.wait(0.05)
+            done.wait(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

@@ -23,8 +23,6 @@ from tests.rehearsal.bench import benchmarks, benchmarks_argv, on_box, tool_env
 from tests.rehearsal.gpu_host import GPU_HOST, true_aggregate_tok_s, true_decode_tok_s
 from tests.rehearsal.playbook import REPO
 
-pytestmark = pytest.mark.alone  # every search here is held to the stand-in's clock (tests/alone.py)
-
 WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0")
 KEYS = {
     "tp8": "tp8-ep1-pp1-dp1",
@@ -179,6 +177,7 @@ def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned
     assert state["original_layout"] == "tp8" and state["serving_at_end"] == "tp8" == serving(provisioned)
 
 
+@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path):
     """EP4's TPOT is max(22.2 ms, C / 1,531 tok/s): within 31 ms up to C = 47.5. Levels 1, 16, 64 bracket it;
     bisection on the same launch narrows the bracket to 10% around the truth."""
