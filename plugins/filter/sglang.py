@@ -13,7 +13,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import diagnosis, flags, gpus, instances, nodes, router, secrets
+from sglang_layout import agreement, diagnosis, flags, gpus, instances, nodes, router, secrets
 from sglang_layout.errors import DeclarationError
 
 
@@ -31,6 +31,19 @@ def sglang_flag_table(help_text: str, version: str) -> dict[str, Any]:
     if not table.options:
         raise AnsibleFilterError("sglang_flag_table: no options found in the --help text")
     return table.to_json()
+
+
+def sglang_disagreements(state: dict[str, Any]) -> list[str]:
+    """The host's units, record and health -> each disagreement, with the command that puts it right."""
+    return agreement.disagreements(
+        recorded_unit=str(state.get("recorded_unit") or ""),
+        running=list(state.get("running") or []),
+        enabled=list(state.get("enabled") or []),
+        failed=list(state.get("failed") or []),
+        health_status=int(state["health_status"]) if str(state.get("health_status") or "").isdigit() else None,
+        model_slug=str(state.get("model_slug") or ""),
+        limit=str(state.get("limit") or ""),
+    )
 
 
 def sglang_diagnose(journal: str, timed_out: bool = False) -> dict[str, Any]:
@@ -121,6 +134,7 @@ class FilterModule:
             "sglang_gpu_record": sglang_gpu_record,
             "sglang_flag_table": sglang_flag_table,
             "sglang_diagnose": sglang_diagnose,
+            "sglang_disagreements": sglang_disagreements,
             "sglang_secret_problems": sglang_secret_problems,
             "sglang_secrets_config": sglang_secrets_config,
             "sglang_router_unit": sglang_router_unit,

@@ -277,3 +277,27 @@ def test_status_reports_and_stop_stops_every_layout(provisioned):
     assert wait_http(f"http://127.0.0.1:{provisioned.port}/health_generate", 1) == 0
     again = provisioned.playbook("playbooks/stop.yml")
     assert again.changed(box.name) == 0
+
+
+def test_a_rollback_that_fails_too_says_why_and_status_says_what_puts_it_right(provisioned):
+    """The model's config.json gone: the new layout and the one to return to both fail to load."""
+    box = provisioned.box
+    deploy(provisioned, "ep8").succeeded()
+    config = box.root / "srv" / "models" / "Kimi-K2.6" / "config.json"
+    saved = config.read_bytes()
+    config.unlink()
+    try:
+        failed = deploy(provisioned, "tp8", "-e", "preflight=false")
+    finally:
+        config.write_bytes(saved)
+    assert failed.returncode != 0
+    assert "Rolling back to sglang-k26-ep8.service FAILED too" in failed.stdout, failed.stdout[-3000:]
+    assert "Why sglang-k26-ep8.service did not come back:" in failed.stdout
+    assert failed.stdout.count("Cause: the model files are missing or unreadable") == 2  # the new layout's and the old's
+    assert active_units(box) == [] and enabled_units(box) == []  # neither starts at boot
+    status = provisioned.playbook("playbooks/status.yml").succeeded()
+    assert "agreement: nothing serves, but the record says sglang-k26-ep8.service" in status.stdout, status.stdout[-2000:]
+    assert "Fix: ansible-playbook deploy.yml -e layout=ep8" in status.stdout
+    deploy(provisioned, "ep8").succeeded()
+    status = provisioned.playbook("playbooks/status.yml").succeeded()
+    assert "agreement: the running, enabled and recorded layout agree" in status.stdout
