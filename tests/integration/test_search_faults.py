@@ -1,0 +1,97 @@
+"""The layout search under faults: a controller killed mid-search, a candidate that fails to start.
+
+They share the machine with the other worker (test_search.py holds the clock-measured search), so their
+bounds on measured rates are the wider ones (4%).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.integration.test_search import records, search, search_args, serving, the_manifest
+from tests.rehearsal.bench import benchmarks_argv, tool_env
+from tests.rehearsal.gpu_host import GPU_HOST, true_decode_tok_s
+from tests.rehearsal.playbook import REPO
+
+
+def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned, tmp_path):
+    provisioned.playbook("deploy.yml", "-e", "layout=tp8").succeeded()
+    results = tmp_path / "results"
+    options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--levels", "1,16", "--leave", "original")
+    process = subprocess.Popen(
+        benchmarks_argv(*search_args(provisioned, results, *options)),
+        cwd=REPO,
+        env=tool_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    first = ""
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        found = list(results.glob("*/searches/*.json"))
+        statuses = [(e["name"], e["status"]) for e in json.loads(found[0].read_text())["candidates"]] if found else []
+        if len(statuses) == 2 and statuses[0][1] == "measured" and statuses[1][1] == "running":
+            first = statuses[0][0]
+            break
+    assert first, "the search never got to its second candidate"
+    # The controller dies with everything it started (as when its machine goes down): no clean-up runs.
+    victims = [process.pid, *(child.pid for child in psutil.Process(process.pid).children(recursive=True))]
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+    resumed = search(provisioned, results, *options)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    assert "1 to launch, 0 refused by preflight, 1 kept from the earlier run" in resumed.stdout
+    state = the_manifest(results)
+    assert [e["status"] for e in state["candidates"]] == ["measured", "measured"]
+    assert len(records(results, first)) == 1  # measured once, before the kill
+    second = state["candidates"][1]["name"]
+    assert len(records(results, second)) == 1
+    # max-running-requests 8 queues half of C=16: 8 x 65 = 519 tok/s; 64 lets all 16 run up to the 961 roofline.
+    peaks = {e["overrides"]["max-running-requests"]: e["scores"]["peak"] for e in state["candidates"]}
+    assert peaks[8] == pytest.approx(8 * true_decode_tok_s("tp8-ep8-pp1-dp1", 8), rel=0.04)
+    assert peaks[64] == pytest.approx(GPU_HOST["peak_tok_s"]["tp8-ep8-pp1-dp1"], rel=0.04)
+    deeper = next(e["name"] for e in state["candidates"] if e["overrides"]["max-running-requests"] == 64)
+    assert state["winners"]["peak"]["name"] == deeper
+    assert state["original_layout"] == "tp8" and state["serving_at_end"] == "tp8" == serving(provisioned)
+
+
+def test_a_candidate_that_fails_to_start_is_diagnosed_and_the_search_goes_on(provisioned, tmp_path):
+    """The simulated weights grow to 600 GiB (75 GiB per GPU) where preflight's estimate from config.json says 553:
+    at mem-fraction-static 0.78 the stand-in has 74.1 GiB per GPU and runs out of memory loading; at 0.88 it fits."""
+    sim_file = provisioned.box.root / "etc" / "sglang-standin.json"
+    sim_file.write_text(json.dumps({**GPU_HOST, "weights_gib": 600}))
+    try:
+        results = tmp_path / "results"
+        done = search(
+            provisioned,
+            results,
+            "--layouts",
+            "ep8",
+            "--grid",
+            "mem-fraction-static=0.78,0.88",
+            "--levels",
+            "1",
+            "--leave",
+            "none",
+        )
+    finally:
+        sim_file.write_text(json.dumps(GPU_HOST))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    by_fraction = {e["overrides"]["mem-fraction-static"]: e for e in the_manifest(results)["candidates"]}
+    failed, measured = by_fraction[0.78], by_fraction[0.88]
+    assert failed["status"] == "failed_to_start" and "cause: out of gpu memory" in failed["error"].lower()
+    assert "Rolled back" in failed["error"] or "nothing serves" in failed["error"].lower()
+    assert measured["status"] == "measured" and measured["scores"]["c1"] > 0
+    assert the_manifest(results)["winners"]["c1"]["name"] == measured["name"]
