@@ -6,6 +6,7 @@ The tests run in file order on one box (deploy state carries over, as on a real 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -280,20 +281,23 @@ def test_status_reports_and_stop_stops_every_layout(provisioned):
 
 
 def test_a_rollback_that_fails_too_says_why_and_status_says_what_puts_it_right(provisioned):
-    """The model's config.json gone: the new layout and the one to return to both fail to load."""
+    """The simulated weights grow past every layout's GPUs: the new layout and the one to return to both run out of
+    memory loading (preflight's estimate, from config.json, still passes: it is run with preflight off anyway)."""
     box = provisioned.box
     deploy(provisioned, "ep8").succeeded()
-    config = box.root / "srv" / "models" / "Kimi-K2.6" / "config.json"
-    saved = config.read_bytes()
-    config.unlink()
+    simulation = box.root / "etc" / "sglang-standin.json"
+    saved = simulation.read_text()
+    simulation.write_text(json.dumps({**json.loads(saved), "weights_gib": 5000}))
     try:
         failed = deploy(provisioned, "tp8", "-e", "preflight=false")
     finally:
-        config.write_bytes(saved)
+        simulation.write_text(saved)
     assert failed.returncode != 0
     assert "Rolling back to sglang-k26-ep8.service FAILED too" in failed.stdout, failed.stdout[-3000:]
-    assert "Why sglang-k26-ep8.service did not come back:" in failed.stdout
-    assert failed.stdout.count("Cause: the model files are missing or unreadable") == 2  # the new layout's and the old's
+    # The old layout's own cause, from its own journal, after the new one's.
+    assert re.search(
+        r"did not start: .*?Cause: out of GPU memory.*?did not come back: Cause: out of GPU memory", failed.stdout, re.S
+    )
     assert active_units(box) == [] and enabled_units(box) == []  # neither starts at boot
     status = provisioned.playbook("playbooks/status.yml").succeeded()
     assert "agreement: nothing serves, but the record says sglang-k26-ep8.service" in status.stdout, status.stdout[-2000:]
