@@ -16,6 +16,7 @@ import pytest
 from sglang_layout import flags
 from sglang_layout.sources import declaration_from_vars, load_yaml_vars
 from tests import alone
+from tests.rehearsal import box as boxes
 from tests.rehearsal import stopping
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,9 +74,16 @@ def _xdist_workers() -> list[int]:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller's last word, after its workers are gone: the alone locks go, and so do the boxes of a
+    worker that ended before its teardown did (pytest-xdist gives a stopped worker 10 s, then kills it)."""
+    if hasattr(config, "workerinput"):
+        return
     run_id = getattr(config.option, "testrunuid", None)
-    if not hasattr(config, "workerinput") and run_id:
+    if run_id:
         shutil.rmtree(alone.lock_folder(run_id), ignore_errors=True)
+    if config.pluginmanager.hasplugin("dsession"):
+        for box in boxes.sweep():
+            print(f"\nremoved box {box.name}, left by process {box.owner} (gone before its teardown ended)")
 
 
 def _alone(item: pytest.Item | None) -> bool:

@@ -48,15 +48,15 @@ def box_leftovers(name: str) -> list[str]:
     return [*([str(directory)] if directory.exists() else []), *mounted]
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_a_test_run_stopped_by_sigterm_tears_down_its_box_server_and_temp_dir(box_support, tmp_path, workers):
-    """In one process, and with two xdist workers as CI runs (the signal reaches the controller alone, which
-    passes it on to the worker that holds the box)."""
+@pytest.mark.parametrize(("workers", "teardown_s"), [("0", "0"), ("2", "15")])
+def test_a_test_run_stopped_by_sigterm_tears_down_its_box_server_and_temp_dir(box_support, tmp_path, workers, teardown_s):
+    """In one process, and with two xdist workers as CI runs: the signal reaches the controller alone, which
+    passes it on to the worker that holds the box. That worker's teardown outlasts the 10 s pytest-xdist
+    gives a stopped worker before killing it, so the box is the controller's to sweep."""
     ready = tmp_path / "ready.json"
     argv = [sys.executable, "-m", "pytest", "-n", workers, "-p", "no:cacheprovider", "tests/integration/stopped_run.py"]
-    run = subprocess.Popen(
-        argv, cwd=REPO, env=quiet_env(STOPPED_RUN_READY=str(ready)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    env = quiet_env(STOPPED_RUN_READY=str(ready), STOPPED_RUN_TEARDOWN_S=teardown_s)
+    run = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(ready.exists, 120, run, "box, server and temp dir held")
         held = json.loads(ready.read_text())
