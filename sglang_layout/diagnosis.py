@@ -21,6 +21,17 @@ def _patterns(*texts: str) -> tuple[re.Pattern[str], ...]:
 # In order: the first cause with a matching line wins. Argparse and bind errors come first because
 # they are certain; OOM and width errors often arrive wrapped in later, vaguer tracebacks.
 CAUSES = (
+    # systemd's own exit statuses (200-243, systemd.exec(5) "Process exit codes"): the process died while
+    # systemd set it up, before SGLang ran, so the server's own lines are absent.
+    Cause(
+        "setup",
+        "systemd could not set up the server's process (it never ran)",
+        _patterns(r"status=2([0-3]\d|4[0-3])/[A-Z_]+", r"Failed at step \w+ spawning", r"Failed to attach to cgroup"),
+        'The step is named after status=NNN/ (systemd.exec(5), "Process exit codes"): USER/GROUP/CHDIR point at '
+        "sglang_service_user or the state directory; NAMESPACE, CAPABILITIES, SECCOMP or CGROUP at the sandbox "
+        "(sglang_service_hardening). CGROUP right after a restart of the same unit can be its old processes "
+        "still leaving: deploy again.",
+    ),
     Cause(
         "flag",
         "SGLang refused a command-line flag (argparse, exit 2)",
@@ -126,6 +137,20 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, object]:
         return {"cause": self.cause, "title": self.title, "advice": self.advice, "lines": self.lines}
+
+
+def journal_argv(unit: str, invocation: str, lines: int) -> list[str]:
+    """journalctl reading one start of a unit: the server's lines and systemd's about it.
+
+    systemd's lines (set-up failures, the exit status) carry INVOCATION_ID=; the process's carry
+    _SYSTEMD_INVOCATION_ID=, and only once it is in the unit's cgroup. Without an invocation (the unit
+    never started), the unit's whole journal.
+    """
+    head = ["journalctl", "--no-pager", "--output=cat", f"--lines={int(lines)}"]
+    invocation = invocation.strip()
+    if not invocation:
+        return [*head, f"--unit={unit}"]
+    return [*head, f"_SYSTEMD_INVOCATION_ID={invocation}", "+", f"INVOCATION_ID={invocation}"]
 
 
 def diagnose(journal: str, *, timed_out: bool = False, max_lines: int = 6) -> Diagnosis:

@@ -52,6 +52,11 @@ def sglang_diagnose(journal: str, timed_out: bool = False) -> dict[str, Any]:
     return {**found.to_dict(), "message": found.message()}
 
 
+def sglang_journal_argv(unit: str, invocation: str, lines: int) -> list[str]:
+    """journalctl's argv for one start of a unit (its InvocationID from systemctl show), systemd's lines included."""
+    return diagnosis.journal_argv(unit, invocation or "", int(lines))
+
+
 def sglang_secret_problems(values: dict[str, Any]) -> list[str]:
     """What is wrong with the declared secrets, never echoing them (for an assert)."""
     return secrets.problems(values)
@@ -134,6 +139,7 @@ class FilterModule:
             "sglang_gpu_record": sglang_gpu_record,
             "sglang_flag_table": sglang_flag_table,
             "sglang_diagnose": sglang_diagnose,
+            "sglang_journal_argv": sglang_journal_argv,
             "sglang_disagreements": sglang_disagreements,
             "sglang_secret_problems": sglang_secret_problems,
             "sglang_secrets_config": sglang_secrets_config,

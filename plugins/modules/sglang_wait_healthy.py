@@ -26,6 +26,13 @@ options:
     description: Seconds between polls.
     type: float
     default: 1.0
+  restart_after_cgroup_race:
+    description:
+      - Start the unit once more when its process died while systemd attached it to its control group
+        (exit status 219/CGROUP), before the server ran. systemd can lose that race right after the same
+        unit stopped (systemd/systemd#12386, #23163); a second start finds the group settled.
+    type: bool
+    default: false
 author: sglang-layouts project
 """
 
@@ -60,14 +67,20 @@ unit_state:
   description: The unit's ActiveState, SubState, Result and ExecMainStatus when the wait ended.
   type: dict
   returned: always
+restarted:
+  description: How often the unit was started again after systemd's control-group race (0 or 1).
+  type: int
+  returned: always
 """
 
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
 
+EXIT_CGROUP = "219"  # systemd.exec(5), "Process exit codes"
 STATE_PROPERTIES = ("ActiveState", "SubState", "Result", "ExecMainStatus", "InvocationID", "ExecMainStartTimestampMonotonic")
 
 
@@ -97,6 +110,35 @@ def http_status(url: str) -> int:
         return 0
 
 
+def wait(
+    read_state: Callable[[], dict[str, str]],
+    read_status: Callable[[], int],
+    start_again: Callable[[], None] | None,
+    timeout: float,
+    interval: float,
+) -> tuple[str, int, dict[str, str], int]:
+    """Poll until healthy, exited or the timeout: (outcome, last HTTP status, unit state, restarts).
+
+    `start_again`, when given, is used once, for a start systemd itself failed with 219/CGROUP.
+    """
+    deadline = time.monotonic() + timeout
+    status, restarts = 0, 0
+    while True:
+        state = read_state()
+        if state.get("ActiveState") not in ("active", "activating", "reloading"):
+            if start_again is not None and restarts == 0 and state.get("ExecMainStatus") == EXIT_CGROUP:
+                start_again()
+                restarts += 1
+                continue
+            return "exited", status, state, restarts
+        status = read_status()
+        if status == 200 and read_state().get("ActiveState") == "active":
+            return "healthy", status, state, restarts
+        if time.monotonic() >= deadline:
+            return "timeout", status, state, restarts
+        time.sleep(interval)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -104,32 +146,31 @@ def main() -> None:
             "url": {"type": "str", "required": True},
             "timeout": {"type": "int", "default": 1800},
             "interval": {"type": "float", "default": 1.0},
+            "restart_after_cgroup_race": {"type": "bool", "default": False},
         },
-        supports_check_mode=True,  # it only reads
+        supports_check_mode=True,  # it only reads, unless a start must be made again
     )
     unit, url = module.params["unit"], module.params["url"]
+
+    def start_again() -> None:
+        module.run_command(["systemctl", "start", unit], check_rc=True)
+
+    retry = module.params["restart_after_cgroup_race"] and not module.check_mode
     started = time.monotonic()
-    deadline = started + module.params["timeout"]
-    status = 0
-    while True:
-        state = unit_state(module, unit)
-        if state.get("ActiveState") not in ("active", "activating", "reloading"):
-            outcome = "exited"
-            break
-        status = http_status(url)
-        if status == 200 and unit_state(module, unit).get("ActiveState") == "active":
-            outcome = "healthy"
-            break
-        if time.monotonic() >= deadline:
-            outcome = "timeout"
-            break
-        time.sleep(module.params["interval"])
+    outcome, status, state, restarts = wait(
+        lambda: unit_state(module, unit),
+        lambda: http_status(url),
+        start_again if retry else None,
+        module.params["timeout"],
+        module.params["interval"],
+    )
     result = {
-        "changed": False,
+        "changed": restarts > 0,
         "outcome": outcome,
         "status": status,
         "elapsed": round(time.monotonic() - started, 1),
         "unit_state": state,
+        "restarted": restarts,
     }
     if outcome == "healthy":
         module.exit_json(load_s=seconds_since_start(state), **result)

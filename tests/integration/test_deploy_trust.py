@@ -141,6 +141,19 @@ def test_a_capability_on_the_short_list_is_granted_and_said_in_preflight_and_sta
     assert "privileges: no capability granted" in status.stdout
 
 
+def test_a_sandbox_systemd_cannot_set_up_is_diagnosed_from_systemds_own_lines(provisioned):
+    """The process dies before SGLang runs, so only systemd's lines about the start say why (status 226)."""
+    box = provisioned.box
+    deploy(provisioned, "ep8").succeeded()
+    broken = {"ReadWritePaths": ["/var/lib/sglang", "/srv/not-there"]}
+    failed = deploy(provisioned, "tp8", extra_vars={"sglang_service_hardening": broken})
+    assert failed.returncode != 0
+    assert "Cause: systemd could not set up the server's process (it never ran)." in failed.stdout, failed.stdout[-3000:]
+    assert "status=226/NAMESPACE" in failed.stdout
+    assert "Rolled back: sglang-k26-ep8.service is serving again" in failed.stdout
+    serving_only(box, provisioned.port, "ep8")
+
+
 def test_an_injected_description_stays_a_comment(provisioned):
     box = provisioned.box
     deployed = deploy(provisioned, "inj", extra_vars={"sglang_layouts": {"inj": {"tp": 8, "ep": 8, "description": INJECTION}}})

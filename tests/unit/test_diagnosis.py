@@ -2,7 +2,7 @@
 
 import pytest
 
-from sglang_layout.diagnosis import diagnose
+from sglang_layout.diagnosis import diagnose, journal_argv
 
 # Journal excerpts in the shapes SGLang and its libraries print them.
 ARGPARSE = (
@@ -24,6 +24,12 @@ PTRACE = (
     "RuntimeError: pidfd_getfd(pidfd=41, fd=38) failed with errno 1: Operation not permitted. "
     "... try adding --cap-add=SYS_PTRACE to your docker run command."
 )
+# systemd's lines about a start that died while systemd set it up (systemd 252; the CGROUP one came from a CI run).
+CGROUP = """sglang-k26-ep8.service: Failed to attach to cgroup /system.slice/sglang-k26-ep8.service: No such file or directory
+sglang-k26-ep8.service: Main process exited, code=exited, status=219/CGROUP
+sglang-k26-ep8.service: Failed with result 'exit-code'."""
+NAMESPACE = """sglang-k26-ep8.service: Failed to set up mount namespacing: /srv/gone: No such file or directory
+sglang-k26-ep8.service: Failed at step NAMESPACE spawning /opt/sglang/venv/bin/python: No such file or directory"""
 NCCL = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
 
 
@@ -38,6 +44,8 @@ NCCL = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:
         (MODEL, "model_missing", "config.json"),
         (NCCL, "nccl", "NCCL error"),
         (PTRACE, "ptrace", "pidfd_getfd"),
+        (CGROUP, "setup", "status=219/CGROUP"),
+        (NAMESPACE, "setup", "Failed at step NAMESPACE"),
     ],
 )
 def test_each_failure_is_named_and_its_lines_quoted(journal, cause, quoted):
@@ -67,3 +75,14 @@ def test_an_unknown_crash_quotes_the_error_lines_not_the_noise():
 def test_an_empty_journal_is_said_plainly():
     found = diagnose("")
     assert found.cause == "unknown" and "(the journal is empty)" in found.message()
+
+
+def test_a_servers_own_exit_status_is_not_a_set_up_failure():
+    found = diagnose("RuntimeError: boom\nx.service: Main process exited, code=exited, status=1/FAILURE")
+    assert found.cause == "unknown"
+
+
+def test_one_start_is_read_with_systemds_lines_about_it_and_a_never_started_unit_whole():
+    argv = journal_argv("u.service", " 0f3a \n", 80)
+    assert argv[-3:] == ["_SYSTEMD_INVOCATION_ID=0f3a", "+", "INVOCATION_ID=0f3a"] and "--lines=80" in argv
+    assert journal_argv("u.service", "", 80)[-1] == "--unit=u.service"

@@ -59,11 +59,46 @@ def test_compute_processes_are_matched_to_the_wanted_gpus_by_bus_id():
     assert holders.describe(found) == "pid 4242 (python3) on GPU 1,2 holding 170000 MiB"
 
 
-def test_the_load_time_counts_from_the_units_start_not_from_the_wait():
+def wait_module():
     spec = importlib.util.spec_from_file_location("sglang_wait_healthy", REPO / "plugins" / "modules" / "sglang_wait_healthy.py")
-    wait = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(wait)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_load_time_counts_from_the_units_start_not_from_the_wait():
+    wait = wait_module()
     started_us = int((time.monotonic() - 3.0) * 1e6)  # the unit started 3 s ago, before the wait began
     assert wait.seconds_since_start({"ExecMainStartTimestampMonotonic": str(started_us)}) == pytest.approx(3.0, abs=0.2)
     for unknown in ({}, {"ExecMainStartTimestampMonotonic": "0"}, {"ExecMainStartTimestampMonotonic": "n/a"}):
         assert wait.seconds_since_start(unknown) is None
+
+
+ACTIVE = {"ActiveState": "active", "ExecMainStatus": "0"}
+LOST_CGROUP_RACE = {"ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": "219"}
+CRASHED = {"ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": "1"}
+
+
+def scripted_wait(states: list[dict[str, str]], retry: bool) -> tuple[tuple, list[str]]:
+    """The wait against a unit whose states come in the given order (the last repeats), always 200 on HTTP."""
+    seen, starts = list(states), []
+
+    def read_state() -> dict[str, str]:
+        return seen.pop(0) if len(seen) > 1 else seen[0]
+
+    start_again = (lambda: starts.append("start")) if retry else None
+    return wait_module().wait(read_state, lambda: 200, start_again, timeout=5, interval=0.01), starts
+
+
+def test_a_start_systemd_lost_to_its_cgroup_race_is_made_once_more():
+    (outcome, status, _state, restarts), starts = scripted_wait([LOST_CGROUP_RACE, ACTIVE], retry=True)
+    assert (outcome, status, restarts, starts) == ("healthy", 200, 1, ["start"])
+    (outcome, _status, state, restarts), starts = scripted_wait([LOST_CGROUP_RACE], retry=True)
+    assert (outcome, state["ExecMainStatus"], restarts, starts) == ("exited", "219", 1, ["start"])  # once only
+
+
+def test_a_server_that_crashed_or_a_wait_told_not_to_is_never_started_again():
+    (outcome, _status, _state, restarts), starts = scripted_wait([CRASHED, ACTIVE], retry=True)
+    assert (outcome, restarts, starts) == ("exited", 0, [])
+    (outcome, _status, _state, restarts), starts = scripted_wait([LOST_CGROUP_RACE, ACTIVE], retry=False)
+    assert (outcome, restarts, starts) == ("exited", 0, [])
