@@ -139,20 +139,6 @@ class Diagnosis:
         return {"cause": self.cause, "title": self.title, "advice": self.advice, "lines": self.lines}
 
 
-def journal_argv(unit: str, invocation: str, lines: int) -> list[str]:
-    """journalctl reading one start of a unit: the server's lines and systemd's about it.
-
-    systemd's lines (set-up failures, the exit status) carry INVOCATION_ID=; the process's carry
-    _SYSTEMD_INVOCATION_ID=, and only once it is in the unit's cgroup. Without an invocation (the unit
-    never started), the unit's whole journal.
-    """
-    head = ["journalctl", "--no-pager", "--output=cat", f"--lines={int(lines)}"]
-    invocation = invocation.strip()
-    if not invocation:
-        return [*head, f"--unit={unit}"]
-    return [*head, f"_SYSTEMD_INVOCATION_ID={invocation}", "+", f"INVOCATION_ID={invocation}"]
-
-
 def diagnose(journal: str, *, timed_out: bool = False, max_lines: int = 6) -> Diagnosis:
     """Classify a failed start from its journal (the unit's own invocation only)."""
     lines = [line.rstrip() for line in journal.splitlines() if line.strip()]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -53,8 +55,18 @@ def sglang_diagnose(journal: str, timed_out: bool = False) -> dict[str, Any]:
 
 
 def sglang_journal_argv(unit: str, invocation: str, lines: int) -> list[str]:
-    """journalctl's argv for one start of a unit (its InvocationID from systemctl show), systemd's lines included."""
-    return diagnosis.journal_argv(unit, invocation or "", int(lines))
+    """journalctl's argv for one start of a unit (its InvocationID from systemctl show), systemd's lines included:
+    the host-side helper the modules use, so that both read a start the same way."""
+    return _host_helpers().journal_argv(unit, invocation or "", int(lines))
+
+
+def _host_helpers() -> ModuleType:
+    """plugins/module_utils/sglang_host.py (Ansible imports it into modules only; a filter loads it by path)."""
+    path = Path(__file__).resolve().parents[1] / "module_utils" / "sglang_host.py"
+    spec = importlib.util.spec_from_file_location("sglang_host", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def sglang_secret_problems(values: dict[str, Any]) -> list[str]:

@@ -74,69 +74,16 @@ restarted:
 """
 
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
-
-EXIT_CGROUP = "219"  # systemd.exec(5), "Process exit codes"
-STATE_PROPERTIES = ("ActiveState", "SubState", "Result", "ExecMainStatus", "InvocationID", "ExecMainStartTimestampMonotonic")
-
-
-def unit_state(module: AnsibleModule, unit: str) -> dict[str, str]:
-    argv = ["systemctl", "show", unit] + [f"--property={name}" for name in STATE_PROPERTIES]
-    rc, out, err = module.run_command(argv)
-    if rc != 0:
-        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-def seconds_since_start(state: dict[str, str]) -> float | None:
-    """How long ago the unit's main process started, on CLOCK_MONOTONIC (systemd's and time.monotonic's clock)."""
-    started_us = state.get("ExecMainStartTimestampMonotonic", "")
-    if not started_us.isdigit() or int(started_us) == 0:
-        return None
-    return round(time.monotonic() - int(started_us) / 1e6, 1)
-
-
-def http_status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=30) as response:  # an http URL the role composes
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
-def wait(
-    read_state: Callable[[], dict[str, str]],
-    read_status: Callable[[], int],
-    start_again: Callable[[], None] | None,
-    timeout: float,
-    interval: float,
-) -> tuple[str, int, dict[str, str], int]:
-    """Poll until healthy, exited or the timeout: (outcome, last HTTP status, unit state, restarts).
-
-    `start_again`, when given, is used once, for a start systemd itself failed with 219/CGROUP.
-    """
-    deadline = time.monotonic() + timeout
-    status, restarts = 0, 0
-    while True:
-        state = read_state()
-        if state.get("ActiveState") not in ("active", "activating", "reloading"):
-            if start_again is not None and restarts == 0 and state.get("ExecMainStatus") == EXIT_CGROUP:
-                start_again()
-                restarts += 1
-                continue
-            return "exited", status, state, restarts
-        status = read_status()
-        if status == 200 and read_state().get("ActiveState") == "active":
-            return "healthy", status, state, restarts
-        if time.monotonic() >= deadline:
-            return "timeout", status, state, restarts
-        time.sleep(interval)
+from ansible.module_utils.sglang_host import (
+    HostError,
+    http_status,
+    seconds_since_start,
+    unhealthy_reason,
+    unit_state,
+    wait_healthy,
+)
 
 
 def main() -> None:
@@ -150,20 +97,23 @@ def main() -> None:
         },
         supports_check_mode=True,  # it only reads, unless a start must be made again
     )
-    unit, url = module.params["unit"], module.params["url"]
+    unit, url, timeout = module.params["unit"], module.params["url"], module.params["timeout"]
 
     def start_again() -> None:
         module.run_command(["systemctl", "start", unit], check_rc=True)
 
     retry = module.params["restart_after_cgroup_race"] and not module.check_mode
     started = time.monotonic()
-    outcome, status, state, restarts = wait(
-        lambda: unit_state(module, unit),
-        lambda: http_status(url),
-        start_again if retry else None,
-        module.params["timeout"],
-        module.params["interval"],
-    )
+    try:
+        outcome, status, state, restarts = wait_healthy(
+            lambda: unit_state(module.run_command, unit),
+            lambda: http_status(url),
+            start_again if retry else None,
+            timeout,
+            module.params["interval"],
+        )
+    except HostError as exc:
+        module.fail_json(msg=str(exc))
     result = {
         "changed": restarts > 0,
         "outcome": outcome,
@@ -174,12 +124,7 @@ def main() -> None:
     }
     if outcome == "healthy":
         module.exit_json(load_s=seconds_since_start(state), **result)
-    why = (
-        f"{unit} exited ({state.get('Result')}, status {state.get('ExecMainStatus')})"
-        if outcome == "exited"
-        else f"{unit} did not answer 200 on {url} within {module.params['timeout']} s (last status {status})"
-    )
-    module.fail_json(msg=why, **result)
+    module.fail_json(msg=unhealthy_reason(unit, url, timeout, outcome, status, state), **result)
 
 
 if __name__ == "__main__":

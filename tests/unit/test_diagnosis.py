@@ -2,7 +2,8 @@
 
 import pytest
 
-from sglang_layout.diagnosis import diagnose, journal_argv
+from sglang_layout.diagnosis import diagnose
+from tests.unit.test_gpus import host_helpers
 
 # Journal excerpts in the shapes SGLang and its libraries print them.
 ARGPARSE = (
@@ -83,6 +84,7 @@ def test_a_servers_own_exit_status_is_not_a_set_up_failure():
 
 
 def test_one_start_is_read_with_systemds_lines_about_it_and_a_never_started_unit_whole():
+    journal_argv = host_helpers().journal_argv
     argv = journal_argv("u.service", " 0f3a \n", 80)
     assert argv[-3:] == ["_SYSTEMD_INVOCATION_ID=0f3a", "+", "INVOCATION_ID=0f3a"] and "--lines=80" in argv
     assert journal_argv("u.service", "", 80)[-1] == "--unit=u.service"

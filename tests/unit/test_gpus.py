@@ -37,15 +37,16 @@ def test_answers_that_are_not_a_gpu_list_are_refused_with_the_line(text, message
         parse_gpu_query(text)
 
 
-def _holders_module():
-    spec = importlib.util.spec_from_file_location("sglang_gpu_holders", REPO / "plugins" / "modules" / "sglang_gpu_holders.py")
+def host_helpers():
+    """The modules' shared code (plugins/module_utils/sglang_host.py), standard library only."""
+    spec = importlib.util.spec_from_file_location("sglang_host", REPO / "plugins" / "module_utils" / "sglang_host.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_compute_processes_are_matched_to_the_wanted_gpus_by_bus_id():
-    holders = _holders_module()
+    holders = host_helpers()
     bus_ids = holders.parse_bus_ids("0, 00000000:01:00.0\n1, 00000000:41:00.0\n2, 00000000:81:00.0\n")
     assert bus_ids == {"00000000:01:00.0": 0, "00000000:41:00.0": 1, "00000000:81:00.0": 2}
     apps = "00000000:41:00.0, 4242, python3, 85000\n00000000:81:00.0, 4242, python3, 85000\n00000000:01:00.0, 7, x, [N/A]\n"
@@ -59,15 +60,8 @@ def test_compute_processes_are_matched_to_the_wanted_gpus_by_bus_id():
     assert holders.describe(found) == "pid 4242 (python3) on GPU 1,2 holding 170000 MiB"
 
 
-def wait_module():
-    spec = importlib.util.spec_from_file_location("sglang_wait_healthy", REPO / "plugins" / "modules" / "sglang_wait_healthy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_load_time_counts_from_the_units_start_not_from_the_wait():
-    wait = wait_module()
+    wait = host_helpers()
     started_us = int((time.monotonic() - 3.0) * 1e6)  # the unit started 3 s ago, before the wait began
     assert wait.seconds_since_start({"ExecMainStartTimestampMonotonic": str(started_us)}) == pytest.approx(3.0, abs=0.2)
     for unknown in ({}, {"ExecMainStartTimestampMonotonic": "0"}, {"ExecMainStartTimestampMonotonic": "n/a"}):
@@ -87,7 +81,7 @@ def scripted_wait(states: list[dict[str, str]], retry: bool) -> tuple[tuple, lis
         return seen.pop(0) if len(seen) > 1 else seen[0]
 
     start_again = (lambda: starts.append("start")) if retry else None
-    return wait_module().wait(read_state, lambda: 200, start_again, timeout=5, interval=0.01), starts
+    return host_helpers().wait_healthy(read_state, lambda: 200, start_again, timeout=5, interval=0.01), starts
 
 
 def test_a_start_systemd_lost_to_its_cgroup_race_is_made_once_more():
