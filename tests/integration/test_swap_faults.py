@@ -24,11 +24,18 @@ from tests.rehearsal.standin import wait_http
 
 LOCK = "/run/lock/sglang_service.swap.lock"
 LOAD_S = 8
+LONG_LOAD_S = 40  # long enough for a status and a second deploy to run while the host still waits, on a busy CI machine
+
+
+@contextmanager
+def loads_taking(provisioned, seconds: int) -> Iterator[None]:
+    with changed_json(provisioned.box.root / "etc" / "sglang-standin.json", load_seconds=seconds):
+        yield
 
 
 @pytest.fixture
 def slow_loads(provisioned) -> Iterator[None]:
-    with changed_json(provisioned.box.root / "etc" / "sglang-standin.json", load_seconds=LOAD_S):
+    with loads_taking(provisioned, LOAD_S):
         yield
 
 
@@ -67,8 +74,8 @@ def stop_controller(process: subprocess.Popen, how: signal.Signals) -> None:
     process.wait(timeout=60)
 
 
-def finished_on_the_host(box, log: Path) -> None:
-    wait_until(lambda: not swap_running(box), 3 * LOAD_S + 60, "end of the host's swap", log)
+def finished_on_the_host(box, log: Path, load_s: int = LOAD_S) -> None:
+    wait_until(lambda: not swap_running(box), 3 * load_s + 60, "end of the host's swap", log)
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
@@ -84,36 +91,36 @@ def test_a_controller_stopped_as_the_swap_begins_leaves_the_host_to_finish_it(pr
     assert state(box, "ep8") == ("inactive", "disabled")
 
 
-def test_a_controller_killed_in_the_health_wait_leaves_the_host_to_finish_and_refuses_a_second_swap(
-    provisioned, slow_loads, tmp_path
-):
+def test_a_controller_killed_in_the_health_wait_leaves_the_host_to_finish_and_refuses_a_second_swap(provisioned, tmp_path):
     box = provisioned.box
     deploy(provisioned, "ep8").succeeded()
     log = tmp_path / "deploy.log"
-    with controller(provisioned, "tp8", log) as process:
+    with loads_taking(provisioned, LONG_LOAD_S), controller(provisioned, "tp8", log) as process:
         wait_until(lambda: state(box, "tp8")[0] == "active" and not healthy(provisioned.port), 120, "health wait", log)
         stop_controller(process, signal.SIGKILL)
     assert swap_running(box)
+    status = provisioned.playbook("playbooks/status.yml").succeeded()
+    assert "swap: A swap is running on this server now: to sglang-k26-tp8.service" in status.stdout, status.stdout[-2500:]
 
     second = deploy(provisioned, "ep8")
     assert second.returncode != 0
     assert "A swap is running on this server now: to sglang-k26-tp8.service from sglang-k26-ep8.service" in second.stdout
     assert "at step: wait until sglang-k26-tp8.service generates" in second.stdout, second.stdout[-2000:]
 
-    finished_on_the_host(box, log)
+    finished_on_the_host(box, log, LONG_LOAD_S)
     serving_only(box, provisioned.port, "tp8")
     status = provisioned.playbook("playbooks/status.yml").succeeded()
     assert "agreement: the running, enabled and recorded layout agree" in status.stdout
+    assert "swap: none running" in status.stdout
 
 
-def test_a_controller_killed_during_the_rollback_leaves_the_old_layout_serving_enabled_and_recorded(
-    provisioned, slow_loads, tmp_path
-):
-    """tp2ep4 dies in model init (ZeroDivisionError); the controller dies while tp8 loads again."""
+def test_a_controller_killed_during_the_rollback_leaves_the_old_layout_serving_enabled_and_recorded(provisioned, tmp_path):
+    """tp2ep4 dies in model init (ZeroDivisionError, half-way through its load); the controller dies while tp8
+    loads again."""
     box = provisioned.box
     deploy(provisioned, "tp8").succeeded()
     log = tmp_path / "deploy.log"
-    with controller(provisioned, "tp2ep4", log, "-e", "preflight=false") as process:
+    with loads_taking(provisioned, 2 * LOAD_S), controller(provisioned, "tp2ep4", log, "-e", "preflight=false") as process:
         wait_until(lambda: state(box, "tp2ep4")[0] == "active", 120, "tp2ep4 started", log)
         wait_until(
             lambda: state(box, "tp2ep4")[0] in {"failed", "inactive"} and state(box, "tp8")[0] == "active",
@@ -123,7 +130,7 @@ def test_a_controller_killed_during_the_rollback_leaves_the_old_layout_serving_e
         )
         assert not healthy(provisioned.port)  # tp8 is loading again
         stop_controller(process, signal.SIGKILL)
-    finished_on_the_host(box, log)
+    finished_on_the_host(box, log, 2 * LOAD_S)
     serving_only(box, provisioned.port, "tp8")
     assert state(box, "tp2ep4")[1] == "disabled" and enabled_units(box) == [unit("tp8")]
     assert active_fact(box)["command"].startswith("/")
