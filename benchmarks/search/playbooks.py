@@ -140,7 +140,9 @@ def deploy(
     def on_event(event: dict[str, Any]) -> None:
         events.append(event)
         action = str(event.get("event_data", {}).get("task_action", ""))
-        if event.get("event") == "playbook_on_task_start" and action.endswith("sglang_wait_healthy") and not said:
+        # The load begins with the host-side swap's follow-up (one box) or the controller's health wait (nodes).
+        loading = action.endswith(("sglang_wait_healthy", "async_status"))
+        if event.get("event") == "playbook_on_task_start" and loading and not said:
             said.add("loading")
             phase("loading")
 

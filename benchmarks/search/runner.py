@@ -61,14 +61,19 @@ class SearchError(Exception):
 
 
 class _Interrupts:
-    """Ctrl-C during a launch lets the swap finish (it rolls back on its own); a second one cancels it."""
+    """Ctrl-C during a launch lets the swap finish (it rolls back on its own); a second one stops following it.
+    A one-box swap runs on the host (deploy.yml's sglang_swap), so the host finishes it either way."""
 
     def __init__(self) -> None:
         self.count = 0
 
     def __call__(self, signum: int, frame: object) -> None:
         self.count += 1
-        print("\n  interrupted: the swap in progress finishes (Ctrl-C again cancels it); then the search stops", flush=True)
+        print(
+            "\n  interrupted: the swap in progress finishes (Ctrl-C again stops waiting for it; the box still finishes"
+            " it); then the search stops",
+            flush=True,
+        )
 
     @property
     def stop(self) -> bool:
