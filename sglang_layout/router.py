@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sglang_layout import hardening, text
+from sglang_layout import defaults, hardening, text
 from sglang_layout.schema import MODEL_SLUG
 from sglang_layout.unit import systemd_word
 
@@ -58,5 +58,5 @@ def router_unit(*, model_slug: str, venv: str, host: str, port: Any, policy: str
         "exec_start": " ".join(systemd_word(word) for word in argv),
         "hardening_lines": hardening.unit_lines(router_hardening()),
         "worker_urls": urls,
-        "health_url": f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}",
+        "health_url": defaults.local_url(host, port),
     }

@@ -16,7 +16,6 @@ from sglang_layout.schema import Layout, ServerSettings, parse_layouts, server_s
 
 INDEX_NAME = "model.safetensors.index.json"
 MAX_FILE_BYTES = 64 * 1024 * 1024  # config.json, an index or a flag table: far below this
-SECRET_VARS = ("sglang_api_key", "sglang_admin_api_key", "sglang_ssl_keyfile_password")
 
 
 @dataclass(frozen=True)

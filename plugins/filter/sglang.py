@@ -15,7 +15,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import agreement, diagnosis, flags, gpus, instances, nodes, router, secrets
+from sglang_layout import agreement, defaults, diagnosis, flags, gpus, instances, nodes, router, secrets
 from sglang_layout.errors import DeclarationError
 
 
@@ -67,6 +67,31 @@ def _host_helpers() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def sglang_local_url(bind_address: str, port: Any, path: str = "") -> str:
+    """The server's URL from its own host (a wildcard bind address is reached on loopback)."""
+    return defaults.local_url(str(bind_address or ""), port, path)
+
+
+def sglang_pip_environment(
+    index_url: str = "",
+    extra_index_urls: list[str] | None = None,
+    find_links: list[str] | None = None,
+    no_index: bool = False,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """pip's environment for a pinned install from the configured index: quiet, and offline when no_index."""
+    environment = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    if index_url:
+        environment["PIP_INDEX_URL"] = index_url
+    if extra_index_urls:
+        environment["PIP_EXTRA_INDEX_URL"] = " ".join(extra_index_urls)
+    if find_links:
+        environment["PIP_FIND_LINKS"] = " ".join(find_links)
+    if no_index:
+        environment["PIP_NO_INDEX"] = "1"
+    return {**environment, **(extra or {})}
 
 
 def sglang_secret_problems(values: dict[str, Any]) -> list[str]:
@@ -152,6 +177,8 @@ class FilterModule:
             "sglang_flag_table": sglang_flag_table,
             "sglang_diagnose": sglang_diagnose,
             "sglang_journal_argv": sglang_journal_argv,
+            "sglang_local_url": sglang_local_url,
+            "sglang_pip_environment": sglang_pip_environment,
             "sglang_disagreements": sglang_disagreements,
             "sglang_secret_problems": sglang_secret_problems,
             "sglang_secrets_config": sglang_secrets_config,

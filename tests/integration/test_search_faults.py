@@ -1,4 +1,4 @@
-"""The layout search under faults: a controller killed mid-search, a candidate that fails to start.
+"""The layout search under faults: a controller killed or stopped mid-search, a candidate that fails to start.
 
 They share the machine with the other worker (test_search.py holds the clock-measured search), so their
 bounds on measured rates are the wider ones (4%).
@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from tests.integration.test_deploy import serving_only
 from tests.integration.test_search import records, search, search_args, serving, the_manifest
 from tests.rehearsal.bench import benchmarks_argv, tool_env
 from tests.rehearsal.gpu_host import GPU_HOST, true_decode_tok_s
@@ -95,3 +96,41 @@ def test_a_candidate_that_fails_to_start_is_diagnosed_and_the_search_goes_on(pro
     assert "Rolled back" in failed["error"] or "nothing serves" in failed["error"].lower()
     assert measured["status"] == "measured" and measured["scores"]["c1"] > 0
     assert the_manifest(results)["winners"]["c1"]["name"] == measured["name"]
+
+
+def test_a_search_stopped_by_sigterm_mid_measurement_leaves_nothing_running(provisioned, tmp_path, private_tmp):
+    """As `timeout` or a CI limit stops it: the level in progress ends, Locust and the playbooks with it, the
+    runner's temporary folders go, and the box is left with one layout serving, enabled and recorded."""
+    provisioned.playbook("deploy.yml", "-e", "layout=tp8").succeeded()
+    results = tmp_path / "results"
+    options = ("--layouts", "ep8", "--levels", "1,16", "--leave", "original")
+    log = tmp_path / "search.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            benchmarks_argv(*search_args(provisioned, results, *options)),
+            cwd=REPO,
+            env=tool_env(TMPDIR=str(private_tmp)),
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        descendants: list[int] = []
+        while time.monotonic() < deadline and not descendants:
+            time.sleep(0.5)
+            assert process.poll() is None, log.read_text()[-3000:]
+            family = psutil.Process(process.pid).children(recursive=True)
+            if any("locust" in " ".join(child.cmdline()) for child in family if child.is_running()):
+                descendants = [child.pid for child in family]
+        assert descendants, f"no measurement under way after 300 s:\n{log.read_text()[-3000:]}"
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = log.read_text()
+    assert process.returncode != 0 and "search interrupted" in output, output[-3000:]
+    left = [pid for pid in descendants if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert left == [], output[-3000:]
+    assert list(private_tmp.iterdir()) == [], output[-3000:]
+    serving_only(provisioned.box, provisioned.port, serving(provisioned))
