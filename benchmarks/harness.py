@@ -29,6 +29,7 @@ from typing import Any
 from benchmarks import results
 from benchmarks.metrics import level_metrics
 from benchmarks.records import RequestRecord
+from benchmarks.workload import Workload
 from sglang_layout import tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,9 +155,7 @@ def _locust_argv(url: str, records: Path, output_tokens: int, run_time_s: int, *
         "--loglevel=ERROR",
         f"--run-time={run_time_s}s",
         f"--host={url}",
-        f"--bench-output-tokens={output_tokens}",
-        "--bench-input-tokens=8",
-        "--bench-metrics-interval=0",
+        *Workload(levels=[1], input_tokens=8, output_tokens=output_tokens, metrics_interval=0.0).locust_options(),
         f"--bench-records={records}",
         *level_options,
     ]

@@ -106,6 +106,12 @@ class _Pairs(argparse.Action):
         setattr(namespace, self.dest, {**(getattr(namespace, self.dest) or {}), **dict(values)})
 
 
+def field_default(name: str) -> Any:
+    """A Workload field's default, for the option that sets it (so each default is written once, on the field)."""
+    declared = Workload.__dataclass_fields__[name]
+    return declared.default_factory() if callable(declared.default_factory) else declared.default
+
+
 @dataclass
 class Workload:
     levels: list[int]  # closed loop: the concurrencies (ignored when request_rates are given)
@@ -138,7 +144,7 @@ class Workload:
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser, *, default_levels: str = DEFAULT_LEVELS) -> None:
-        """The workload's options, one per field (the field's name with dashes)."""
+        """The workload's options, one per field (the field's name with dashes), each defaulting to its field."""
         add = parser.add_argument
         load = parser.add_mutually_exclusive_group()
         load.add_argument(
@@ -157,51 +163,74 @@ class Workload:
         add(
             "--burstiness",
             type=bounded(0.01, 100.0, kind=float),
-            default=1.0,
+            default=field_default("burstiness"),
             help="open loop: gamma inter-arrivals of this shape (1: Poisson; below 1 burstier, above 1 steadier; vLLM's meaning)",
         )
         add(
             "--max-concurrency",
             type=bounded(0, 100_000),
-            default=0,
+            default=field_default("max_concurrency"),
             help="open loop: at most this many requests in flight; a request due while all are busy waits (0: no cap)",
         )
-        add("--endpoint", choices=["chat", "generate"], default="chat")
-        add("--model", default="default", help="model name sent to the OpenAI endpoint")
-        add("--input-tokens", type=bounded(1, 1_000_000), default=128)
-        add("--output-tokens", type=bounded(1, 1_000_000), default=256)
+        add("--endpoint", choices=["chat", "generate"], default=field_default("endpoint"))
+        add("--model", default=field_default("model"), help="model name sent to the OpenAI endpoint")
+        add("--input-tokens", type=bounded(1, 1_000_000), default=field_default("input_tokens"))
+        add("--output-tokens", type=bounded(1, 1_000_000), default=field_default("output_tokens"))
         add(
             "--range-ratio",
             type=bounded(0.0, 1.0, kind=float),
-            default=1.0,
+            default=field_default("range_ratio"),
             help="input and output lengths uniform in [target x ratio, target] per request, seeded (bench_serving's "
             "--random-range-ratio; default 1: fixed lengths)",
         )
-        add("--seed", type=bounded(0, 2**31 - 1), default=0)
+        add("--seed", type=bounded(0, 2**31 - 1), default=field_default("seed"))
         add(
             "--vocab-size",
             type=bounded(32, 100_000_000),
-            default=32000,
+            default=field_default("vocab_size"),
             help="--endpoint generate: prompt token ids are drawn below this; set the model's vocab_size",
         )
-        add("--warmup", type=bounded(-1, 1_000_000), default=-1, help="requests excluded first (default -1: one per user)")
-        add("--rounds", type=bounded(1, 10_000), default=4, help="measured requests per level = max(--min-requests, rounds x C)")
-        add("--min-requests", type=bounded(1, 1_000_000), default=16)
-        add("--level-timeout", type=bounded(1, 86_400), default=600, help="seconds a level may run at most")
         add(
-            "--metrics-interval", type=bounded(0, 3600, kind=float), default=1.0, help="seconds between /metrics samples (0: off)"
+            "--warmup",
+            type=bounded(-1, 1_000_000),
+            default=field_default("warmup"),
+            help="requests excluded first (default -1: one per user)",
         )
-        add("--processes", type=bounded(1, 256), default=1, help="load-generator processes (Locust --processes)")
+        add(
+            "--rounds",
+            type=bounded(1, 10_000),
+            default=field_default("rounds"),
+            help="measured requests per level = max(--min-requests, rounds x C)",
+        )
+        add("--min-requests", type=bounded(1, 1_000_000), default=field_default("min_requests"))
+        add(
+            "--level-timeout",
+            type=bounded(1, 86_400),
+            default=field_default("level_timeout"),
+            help="seconds a level may run at most",
+        )
+        add(
+            "--metrics-interval",
+            type=bounded(0, 3600, kind=float),
+            default=field_default("metrics_interval"),
+            help="seconds between /metrics samples (0: off)",
+        )
+        add(
+            "--processes",
+            type=bounded(1, 256),
+            default=field_default("processes"),
+            help="load-generator processes (Locust --processes)",
+        )
         add(
             "--repeats",
             type=bounded(1, 100),
-            default=1,
+            default=field_default("repeats"),
             help="measure each level N times: every headline figure as the mean with a 95%% interval, and a "
             "layout called better only when the intervals separate",
         )
         add(
             "--dataset",
-            default="",
+            default=field_default("dataset"),
             metavar="FILE",
             help='prompts from a local file: ShareGPT JSON, or JSON lines {"prompt": ..., "output_len": N} '
             "(output_len optional; never downloaded); used in a seeded order",
@@ -209,10 +238,15 @@ class Workload:
         add(
             "--prefix-groups",
             type=bounded(0, 1_000_000),
-            default=0,
+            default=field_default("prefix_groups"),
             help="shared-prefix workload: request i starts with group i mod G's prefix (with --prefix-tokens)",
         )
-        add("--prefix-tokens", type=bounded(0, 1_000_000), default=0, help="the length of each group's shared prefix")
+        add(
+            "--prefix-tokens",
+            type=bounded(0, 1_000_000),
+            default=field_default("prefix_tokens"),
+            help="the length of each group's shared prefix",
+        )
         add("--flush-cache", action="store_true", help="empty the server's prefix cache (SGLang /flush_cache) before each level")
         add(
             "--goodput",
@@ -285,27 +319,37 @@ class Workload:
             return type(self)(**{**vars(self), "goodput": dict(self.goodput), "request_rates": [float(load)]})
         return self.at_levels([int(load)])
 
+    # The fields the locustfile reads as --bench-<field> options, the same at every level.
+    LOCUST_FIELDS = (
+        "endpoint",
+        "model",
+        "input_tokens",
+        "output_tokens",
+        "range_ratio",
+        "seed",
+        "vocab_size",
+        "burstiness",
+        "max_concurrency",
+        "prefix_groups",
+        "prefix_tokens",
+        "metrics_interval",
+    )
+
+    def locust_options(self) -> list[str]:
+        """The workload as the locustfile's options (--bench-input-tokens=128 ...): rendered here only, and
+        used as they are by playbooks/tasks/benchmark_level.yml and the load-generator harness."""
+        return [f"--bench-{name.replace('_', '-')}={getattr(self, name)}" for name in self.LOCUST_FIELDS]
+
     def extravars(self) -> dict[str, Any]:
         keys = self.level_keys()
         return {
             "bench_levels": keys if self.open_loop else self.levels,
-            "bench_endpoint": self.endpoint,
-            "bench_model": self.model,
-            "bench_input_tokens": self.input_tokens,
-            "bench_output_tokens": self.output_tokens,
-            "bench_range_ratio": self.range_ratio,
-            "bench_seed": self.seed,
-            "bench_vocab_size": self.vocab_size,
+            "bench_locust_options": self.locust_options(),
             "bench_warmup": {key: self.warmup_requests(key) for key in keys},
             "bench_measured": {key: self.measured_requests(key) for key in keys},
             "bench_users": {key: self.users(key) for key in keys},
             "bench_rates": {key: self.rate_of(key) for key in keys if self.open_loop},
-            "bench_burstiness": self.burstiness,
-            "bench_max_concurrency": self.max_concurrency,
             "bench_level_timeout": self.level_timeout,
-            "bench_metrics_interval": self.metrics_interval,
             "bench_processes": self.processes,
             "bench_flush_cache": self.flush_cache,
-            "bench_prefix_groups": self.prefix_groups,
-            "bench_prefix_tokens": self.prefix_tokens,
         }

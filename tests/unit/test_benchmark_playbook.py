@@ -1,9 +1,15 @@
-"""playbooks/benchmark.yml's defaults for runs by hand are the workload's own (benchmarks/workload.py is the source)."""
+"""The workload's options are defined once (benchmarks/workload.py): the playbook's defaults for runs by hand
+and the locustfile's own defaults equal it, and both the playbook and the harness take its rendered options."""
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import fields
+
+import configargparse  # Locust's own parser, which the locustfile's env_var= option needs
 import yaml
 
+from benchmarks import harness
 from benchmarks.workload import Workload
 from tests.conftest import REPO
 
@@ -16,3 +22,37 @@ def test_the_playbooks_defaults_equal_the_workloads():
     assert {key: defaults[key] for key in scalars} == scalars
     # The per-level counts and the levels themselves have no default: the by-hand command gives them.
     assert {"bench_levels", "bench_warmup", "bench_measured"}.isdisjoint(defaults)
+    # By hand no workload options are passed, so the locustfile's defaults (equal to the workload's) apply.
+    assert defaults["bench_locust_options"] == []
+
+
+def test_the_locustfiles_defaults_equal_the_workloads(locustfile):
+    parser = configargparse.ArgumentParser()
+    locustfile._options(parser)
+    parsed = vars(parser.parse_args([]))
+    workload = Workload(levels=[1])
+    assert {name: parsed[f"bench_{name}"] for name in Workload.LOCUST_FIELDS} == {
+        name: getattr(workload, name) for name in Workload.LOCUST_FIELDS
+    }
+
+
+def test_the_workloads_options_are_rendered_once_and_parse_back_to_it(locustfile):
+    workload = Workload(levels=[1], input_tokens=8, output_tokens=32, endpoint="generate", metrics_interval=0.0, seed=7)
+    parser = configargparse.ArgumentParser()
+    locustfile._options(parser)
+    parsed = vars(parser.parse_args(workload.locust_options()))
+    assert {name: parsed[f"bench_{name}"] for name in Workload.LOCUST_FIELDS} == {
+        name: getattr(workload, name) for name in Workload.LOCUST_FIELDS
+    }
+    argv = harness._locust_argv("http://127.0.0.1:1", REPO / "r.jsonl", 32, 10)
+    assert [option for option in argv if option.startswith("--bench-input-tokens")] == ["--bench-input-tokens=8"]
+
+
+def test_the_cli_defaults_come_from_the_workloads_fields():
+    parser = argparse.ArgumentParser()
+    Workload.add_cli_args(parser)
+    parsed = vars(parser.parse_args([]))
+    for item in fields(Workload):
+        if item.name in parsed and item.name != "levels":
+            default = item.default_factory() if callable(item.default_factory) else item.default
+            assert parsed[item.name] == default, item.name
