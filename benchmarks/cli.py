@@ -7,6 +7,8 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +27,48 @@ from sglang_layout.errors import DeclarationError
 SEARCH_LEVELS = "1,4,16,64,256"
 
 
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its options and what runs it (vLLM's sweep CLI keeps its subcommands as such a table)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    handle: Callable[[argparse.Namespace], int]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="one sweep (concurrencies or request rates) against one endpoint")
-    where = run.add_mutually_exclusive_group(required=True)
-    where.add_argument("--url", help="the server's base URL, e.g. http://10.0.0.5:30001")
-    where.add_argument("--server-host", help="an inventory host: benchmark its active layout")
-    run.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
-    run.add_argument(
+    for command in commands():
+        command.add_arguments(sub.add_parser(command.name, help=command.help))
+        sub.choices[command.name].set_defaults(handle=command.handle)
+    return parser
+
+
+def commands() -> tuple[Command, ...]:
+    return (
+        Command("run", "one sweep (concurrencies or request rates) against one endpoint", _add_run, command_run),
+        Command(
+            "search",
+            "find the best layout and flags on a box: launch each candidate once, measure, report",
+            _add_search,
+            command_search,
+        ),
+        Command(
+            "harness",
+            "benchmark the load generator itself (tokens per CPU-second, fidelity)",
+            harness.add_arguments,
+            harness.command_harness,
+        ),
+        Command("compare", "layouts side by side from stored runs", _add_compare, _command_compare),
+    )
+
+
+def _add_shared(parser: argparse.ArgumentParser, *, slo_help: str) -> None:
+    """The options `run` and `search` share: where the inventory and Locust are, the key, the SLO, the results."""
+    parser.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
+    parser.add_argument(
         "--loadgen",
         "--loadgen-hosts",
         dest="loadgen",
@@ -42,28 +77,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="the inventory host(s) that run Locust (default: here); several, comma-separated, run Locust's master on "
         "the first and --processes workers on each (install Locust there with playbooks/loadgen.yml)",
     )
-    Workload.add_cli_args(run)
-    _add_api_key(run)
-    run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
-    run.add_argument(
-        "--slo",
-        action="append",
-        default=[],
-        type=_slo,
-        metavar="METRIC_STAT=MS",
-        help="find the SLO capacity: levels go up until a bound breaks (e.g. tpot_p99=50, repeatable), then the "
+    parser.add_argument(
+        "--api-key",
+        default="",
+        help="the server's API key; prefer $SGLANG_API_KEY or --api-key-file, which keep it off this process's command line",
+    )
+    parser.add_argument("--api-key-file", type=Path, help="a file holding the server's API key")
+    parser.add_argument("--slo", action="append", default=[], type=_slo, metavar="METRIC_STAT=MS", help=slo_help)
+    parser.add_argument("--results-dir", type=Path, default=REPO / "results")
+
+
+def _add_run(run: argparse.ArgumentParser) -> None:
+    where = run.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="the server's base URL, e.g. http://10.0.0.5:30001")
+    where.add_argument("--server-host", help="an inventory host: benchmark its active layout")
+    _add_shared(
+        run,
+        slo_help="find the SLO capacity: levels go up until a bound breaks (e.g. tpot_p99=50, repeatable), then the "
         "highest load within every bound is bisected between the levels that bracket it",
     )
-    run.add_argument("--results-dir", type=Path, default=REPO / "results")
-    _add_search(
-        sub.add_parser("search", help="find the best layout and flags on a box: launch each candidate once, measure, report")
-    )
-    harness.add_arguments(sub.add_parser("harness", help="benchmark the load generator itself (tokens per CPU-second, fidelity)"))
-    cmp = sub.add_parser("compare", help="layouts side by side from stored runs")
+    Workload.add_cli_args(run)
+    run.add_argument("--layout", default="", help="label of the layout when --url is used (default: from the server)")
+
+
+def _add_compare(cmp: argparse.ArgumentParser) -> None:
     cmp.add_argument("paths", nargs="*", type=Path, default=[REPO / "results"])
     cmp.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     cmp.add_argument("--plot", type=Path, help="also draw the PNG plot here")
-    return parser
+
+
+def _command_compare(args: argparse.Namespace) -> int:
+    return compare.command_compare(args.paths, markdown_path=args.markdown, plot_path=args.plot)
 
 
 def _hosts(text: str) -> str:
@@ -84,15 +128,7 @@ def _add_search(search: argparse.ArgumentParser) -> None:
         help="the inventory host to search on; several identical ones, comma-separated, run candidates in parallel, "
         "one per host at a time (checked alike first: GPUs, SGLang version, model files)",
     )
-    search.add_argument("--inventory", type=Path, default=REPO / "inventory" / "hosts.yml")
-    search.add_argument(
-        "--loadgen",
-        "--loadgen-hosts",
-        dest="loadgen",
-        type=parse_loadgen,
-        default="localhost",
-        help="the inventory host(s) that run Locust (default: here; several: comma-separated, as for run)",
-    )
+    _add_shared(search, slo_help="a latency bound, e.g. tpot_p99=50 (repeatable): levels stop when it breaks; capacity uses it")
     search.add_argument("--layouts", default="all", help="declared layouts to try, comma-separated (default: all)")
     search.add_argument(
         "--grid",
@@ -107,14 +143,6 @@ def _add_search(search: argparse.ArgumentParser) -> None:
         default="peak",
         help="what the winner left serving is best at: c1 (tok/s per request at C=1), peak (aggregate "
         "tok/s), capacity (aggregate within --slo); every objective's winner is reported",
-    )
-    search.add_argument(
-        "--slo",
-        action="append",
-        default=[],
-        type=_slo,
-        metavar="METRIC_STAT=MS",
-        help="a latency bound, e.g. tpot_p99=50 (repeatable): levels stop when it breaks; capacity uses it",
     )
     search.add_argument(
         "--knee",
@@ -136,8 +164,6 @@ def _add_search(search: argparse.ArgumentParser) -> None:
     )
     search.add_argument("--resume", default="", metavar="ID", help="resume this search (running the same command does too)")
     search.add_argument("--quiet", action="store_true", help="only the plan, one line per candidate and the report")
-    _add_api_key(search)
-    search.add_argument("--results-dir", type=Path, default=REPO / "results")
     Workload.add_cli_args(search, default_levels=SEARCH_LEVELS)
 
 
@@ -146,15 +172,6 @@ def _slo(text: str) -> slo.Bound:
         return slo.parse_slo(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _add_api_key(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--api-key",
-        default="",
-        help="the server's API key; prefer $SGLANG_API_KEY or --api-key-file, which keep it off this process's command line",
-    )
-    parser.add_argument("--api-key-file", type=Path, help="a file holding the server's API key")
 
 
 def command_search(args: argparse.Namespace) -> int:
@@ -183,25 +200,7 @@ def command_search(args: argparse.Namespace) -> int:
     if args.objective == "goodput" and not args.goodput:
         print("error: --objective goodput needs --goodput bounds, e.g. --goodput ttft:2000 tpot:50", file=sys.stderr)
         return 2
-    layouts = None if args.layouts.strip() == "all" else [n.strip() for n in args.layouts.split(",") if n.strip()]
-    options = SearchOptions(
-        server_host=args.server_host,
-        inventory=args.inventory,
-        workload=Workload.from_cli_args(args),
-        results_dir=args.results_dir,
-        layouts=layouts,
-        grid=grid,
-        objective=args.objective,
-        slo=args.slo,
-        knee=args.knee,
-        clear_margin=args.clear_margin,
-        leave=args.leave,
-        resume=args.resume,
-        loadgen=args.loadgen,
-        api_key=key,
-        quiet=args.quiet,
-    )
-    return main_search(options)
+    return main_search(SearchOptions.from_cli_args(args, grid=grid, api_key=key))
 
 
 def api_key(args: argparse.Namespace) -> str:
@@ -380,10 +379,4 @@ def _layout_from_info(info: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command == "run":
-        return command_run(args)
-    if args.command == "search":
-        return command_search(args)
-    if args.command == "harness":
-        return harness.command_harness(args)
-    return compare.command_compare(args.paths, markdown_path=args.markdown, plot_path=args.plot)
+    return args.handle(args)

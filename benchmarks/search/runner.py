@@ -3,13 +3,14 @@ measured level by level until the knee -> winners -> the winner left serving -> 
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,14 @@ class SearchOptions:
     loadgen: str = "localhost"
     api_key: str = ""
     quiet: bool = False
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace, *, grid: list[tuple[str, tuple[Any, ...]]], api_key: str) -> SearchOptions:
+        """The options from `search`'s command line (its options are named as these fields); the grid and the key
+        come parsed and read by the caller."""
+        layouts = None if args.layouts.strip() == "all" else [n.strip() for n in args.layouts.split(",") if n.strip()]
+        given = {item.name: getattr(args, item.name) for item in fields(cls) if hasattr(args, item.name)}
+        return cls(**{**given, "workload": Workload.from_cli_args(args), "layouts": layouts, "grid": grid, "api_key": api_key})
 
     @property
     def hosts(self) -> list[str]:

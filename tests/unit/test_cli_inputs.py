@@ -122,3 +122,17 @@ def test_an_unreachable_host_is_named_with_ssh_s_own_words():
     runner = SimpleNamespace(events=[unreachable], status="failed")
     reason = sweep._failure_reason(runner, [])
     assert reason.startswith("gpu-box-1 is unreachable over SSH (ssh: connect to host 10.0.0.5 port 22: Connection refused)")
+
+
+def test_the_subcommands_are_one_table_and_the_search_options_come_from_its_fields():
+    from benchmarks.search.runner import SearchOptions
+
+    assert [command.name for command in cli.commands()] == ["run", "search", "harness", "compare"]
+    args = cli.build_parser().parse_args(
+        ["search", "--server-host", "gpu-1", "--layouts", "ep8, tp8", "--knee", "0.1", "--leave", "original", "--levels", "1,4"]
+    )
+    assert args.handle is cli.command_search
+    options = SearchOptions.from_cli_args(args, grid=[("max-running-requests", (64,))], api_key="k" * 16)
+    assert (options.server_host, options.layouts, options.knee, options.leave) == ("gpu-1", ["ep8", "tp8"], 0.1, "original")
+    assert options.workload.levels == [1, 4] and options.grid == [("max-running-requests", (64,))]
+    assert options.api_key == "k" * 16 and options.max_probes == SearchOptions.max_probes
