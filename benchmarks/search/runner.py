@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks import results, slo
 from benchmarks.capacity import measure_levels
-from benchmarks.inventory import InventoryError, read_inventory
+from benchmarks.inventory import Inventory, InventoryError, read_inventory
 from benchmarks.search import manifest, objectives, playbooks
 from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
@@ -128,10 +128,54 @@ def _entry(candidate: Candidate, digest: str, verdict: dict[str, Any] | None) ->
     return entry
 
 
+@dataclass
+class _Plan:
+    """What the search is: its candidates under the declaration, its identity, and an earlier run of it."""
+
+    inventory: Inventory
+    declaration: dict[str, Any]
+    candidates: list[Candidate]
+    entries: dict[str, Any]  # candidate name -> its declaration entry
+    digests: dict[str, str]
+    workload: dict[str, Any]  # the workload as the search's identity holds it
+    identifier: str
+    path: Path  # the manifest
+    previous: dict[str, Any] | None  # the manifest of an earlier run of the same search
+
+    @property
+    def layouts_for_deploy(self) -> dict[str, Any]:
+        return {**self.declaration["sglang_layouts"], **self.entries}
+
+
 def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) -> int:
-    started_all = time.monotonic()
+    """Plan, preflight, launch and measure each candidate once, leave the winner: each step a function below."""
+    started = time.monotonic()
     note = (lambda _: None) if options.quiet else say
-    host, workload = options.label, options.workload
+    plan = _plan(options)
+    names = ", ".join(c.name for c in plan.candidates)
+    say(f"search {plan.identifier} on {options.label}: {len(plan.candidates)} candidates ({names})")
+    checks = _preflight(options, plan, say, note)
+    state = _initial_state(options, plan, checks)
+    manifest.save(state, plan.path)
+    todo = _announce(state, options, say)
+    interrupted = _launch_all(_Launcher(options, plan, state, todo, say, note), options, todo)
+    state["winners"] = _winners(state, options)
+    if interrupted:
+        manifest.save(state, plan.path)
+        say(f"search interrupted: finished candidates are kept. Resume with the same command (or --resume {plan.identifier}).")
+        return 130
+    state["serving_at_end"] = _leave(state, options, plan.layouts_for_deploy, plan.inventory.groups, say)
+    state["finished"] = results.utc_stamp()
+    state["wall_s"] = round(time.monotonic() - started, 1)
+    manifest.save(state, plan.path)
+    outputs = search_report.write(state, plan.path, plan.entries)
+    say(search_report.text(state, plan.entries))
+    say(f"manifest {plan.path}\nreport {outputs['markdown']}" + (f"\nplots {outputs['plot']}" if outputs.get("plot") else ""))
+    return 0 if any(e["status"] == "measured" for e in state["candidates"]) else 1
+
+
+def _plan(options: SearchOptions) -> _Plan:
+    """The candidates from the inventory's declaration, checked by its rules, and the search's identity."""
     try:
         inventory = read_inventory(options.inventory)
         inventory.require(options.hosts, options.inventory, "--server-host")
@@ -146,16 +190,17 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     # Fields added after searches were first stored count only when set: the ids (and so the resumability)
     # of searches begun before them stay the same. The search refuses open loop, so those never are.
     later = {"request_rates": [], "burstiness": 1.0, "max_concurrency": 0, "dataset": "", "prefix_groups": 0, "prefix_tokens": 0}
-    workload_dict = {k: v for k, v in vars(workload).items() if k not in later or v != later[k]}
+    workload = {k: v for k, v in vars(options.workload).items() if k not in later or v != later[k]}
     # What decides which levels a candidate gets measured at is part of the search's identity too.
-    plan = {
-        **workload_dict,
+    identity = {
+        **workload,
         "knee": options.knee,
         "slo": [vars(b) for b in options.slo],
         "max_probes": options.max_probes,
         "resolution": options.resolution,
     }
-    identifier = options.resume or manifest.search_id(host, [digests[c.name] for c in candidates], plan)
+    host = options.label
+    identifier = options.resume or manifest.search_id(host, [digests[c.name] for c in candidates], identity)
     path = manifest.path_for(options.results_dir, host, identifier)
     try:
         previous = manifest.load(path)
@@ -164,30 +209,41 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     if options.resume and previous is None:
         raise SearchError(f"--resume {identifier}: no such search for {host} under {path.parent}")
     if previous and (previous.get("workload"), previous.get("knee"), previous.get("slo")) != (
-        workload_dict,
+        workload,
         options.knee,
         [vars(b) for b in options.slo],
     ):
         raise SearchError(
             f"--resume {identifier}: that search measured another workload, knee or SLO; give the same options, or drop --resume"
         )
+    return _Plan(inventory, declaration, candidates, entries, digests, workload, identifier, path, previous)
 
-    say(f"search {identifier} on {host}: {len(candidates)} candidates ({', '.join(c.name for c in candidates)})")
+
+def _preflight(
+    options: SearchOptions, plan: _Plan, say: Callable[[str], None], note: Callable[[str], None]
+) -> dict[str, playbooks.PreflightResult]:
+    """Every candidate against each host's recorded facts (nothing changes on the box); the hosts alike."""
     note("preflight of every candidate against the host's recorded facts (nothing changes on the box)")
-    version = str(declaration.get("sglang_version") or "")
+    version = str(plan.declaration.get("sglang_version") or "")
     try:
-        checks = {name: playbooks.preflight(options.inventory, name, entries, version) for name in options.hosts}
+        checks = {name: playbooks.preflight(options.inventory, name, plan.entries, version) for name in options.hosts}
     except playbooks.PlaybookError as exc:
         raise SearchError(str(exc)) from exc
-    checked = checks[options.hosts[0]]
     if len(checks) > 1:
         _require_alike(checks, say)
+    return checks
+
+
+def _initial_state(options: SearchOptions, plan: _Plan, checks: dict[str, playbooks.PreflightResult]) -> dict[str, Any]:
+    """The manifest before any launch: each candidate refused (with why), kept from an earlier run, or pending."""
+    checked = checks[options.hosts[0]]
+    previous = plan.previous or {}
     state: dict[str, Any] = {
         "kind": manifest.KIND,
-        "id": identifier,
-        "host": host,
-        "created": (previous or {}).get("created") or results.utc_stamp(),
-        "workload": workload_dict,
+        "id": plan.identifier,
+        "host": options.label,
+        "created": previous.get("created") or results.utc_stamp(),
+        "workload": plan.workload,
         "layouts": options.layouts or "all",
         "grid": [[k, list(v)] for k, v in options.grid],
         "objective": options.objective,
@@ -195,19 +251,17 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         "knee": options.knee,
         "clear_margin": options.clear_margin,
         "leave": options.leave,
-        "original_layout": (previous or {}).get("original_layout", checked.serving),
+        "original_layout": previous.get("original_layout", checked.serving),
         "candidates": [],
     }
     if len(checks) > 1:
         state["hosts"] = options.hosts
-        state["original_layouts"] = (previous or {}).get("original_layouts") or {n: c.serving for n, c in checks.items()}
-    layouts_for_deploy = {**declaration["sglang_layouts"], **entries}
-    groups = inventory.groups
-    for candidate in candidates:
-        digest = digests[candidate.name]
+        state["original_layouts"] = previous.get("original_layouts") or {n: c.serving for n, c in checks.items()}
+    for candidate in plan.candidates:
+        digest = plan.digests[candidate.name]
         entry = _entry(candidate, digest, checked.verdicts.get(candidate.name))
         try:
-            span = nodes.layout_span(layouts_for_deploy, candidate.name, groups, options.hosts[0])
+            span = nodes.layout_span(plan.layouts_for_deploy, candidate.name, plan.inventory.groups, options.hosts[0])
         except DeclarationError as exc:  # e.g. its nodes group is not in the inventory
             span = []
             entry.update(status="refused", reasons=[str(exc)])
@@ -216,10 +270,14 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
                 entry.update(status="refused", reasons=[_span_refusal(candidate.name, span, missing)])
             else:
                 entry["nodes"] = span  # launched after the one-box candidates, on all its nodes at once
-        if entry["status"] != "refused" and (kept := manifest.kept(previous, candidate.name, digest)):
+        if entry["status"] != "refused" and (kept := manifest.kept(plan.previous, candidate.name, digest)):
             entry = {**kept, "kept_from_earlier_run": True}
         state["candidates"].append(entry)
-    manifest.save(state, path)
+    return state
+
+
+def _announce(state: dict[str, Any], options: SearchOptions, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The refusals, what is left to launch and an estimate of the time; the candidates to launch."""
     refused = [e for e in state["candidates"] if e["status"] == "refused"]
     todo = [e for e in state["candidates"] if e["status"] == "pending"]
     for entry in refused:
@@ -229,38 +287,56 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     say(
         f"{len(todo)} to launch, {len(refused)} refused by preflight"
         + (f", {kept_count} kept from the earlier run" if kept_count else "")
-        + f"; levels {','.join(map(str, workload.levels))} until the knee ({100 * options.knee:.0f}%)"
+        + f"; levels {','.join(map(str, options.workload.levels))} until the knee ({100 * options.knee:.0f}%)"
         + ("" if not options.slo else f" or the SLO ({', '.join(f'{b.name}<={b.limit_ms:g} ms' for b in options.slo)})")
     )
-    durations: list[float] = []
-    earlier = manifest.earlier_durations(options.results_dir, host)
+    earlier = manifest.earlier_durations(options.results_dir, options.label)
     if todo and earlier:
         estimate = _minutes(sum(earlier) / len(earlier) * len(todo))
-        say(f"estimated time: about {estimate} (from {len(earlier)} candidates of earlier searches on {host}; updated later)")
+        source = f"{len(earlier)} candidates of earlier searches on {options.label}"
+        say(f"estimated time: about {estimate} (from {source}; updated later)")
     elif todo:
         say("estimated time: known after the first candidate (no earlier search on this host)")
-    by_name = {c.name: c for c in candidates}
-    lock = threading.Lock()  # the manifest and the tallies, shared by the hosts' threads
+    return todo
 
-    def save() -> None:
-        with lock:
-            manifest.save(state, path)
 
-    def launch(position: int, entry: dict[str, Any], on: str, interrupts: _Interrupts) -> bool:
+class _Launcher:
+    """One candidate at a time per host: deploy, measure, record, and say how long is left."""
+
+    def __init__(
+        self,
+        options: SearchOptions,
+        plan: _Plan,
+        state: dict[str, Any],
+        todo: list[dict[str, Any]],
+        say: Callable[[str], None],
+        note: Callable[[str], None],
+    ) -> None:
+        self.options, self.plan, self.state, self.todo, self.say, self.note = options, plan, state, todo, say, note
+        self.by_name = {c.name: c for c in plan.candidates}
+        self.lock = threading.Lock()  # the manifest and the tallies, shared by the hosts' threads
+        self.durations: list[float] = []
+
+    def save(self) -> None:
+        with self.lock:
+            manifest.save(self.state, self.plan.path)
+
+    def __call__(self, position: int, entry: dict[str, Any], on: str, interrupts: _Interrupts) -> bool:
         """One candidate on host `on` (on all its nodes, if multi-node): deploy, measure, record. True to stop the search."""
-        candidate = by_name[entry["name"]]
+        options, say, note = self.options, self.say, self.note
+        candidate = self.by_name[entry["name"]]
         began = time.monotonic()
         span = entry.get("nodes") or [on]  # a multi-node candidate: every node, measured through rank 0
         on = span[0]
         where = f" on {' + '.join(span)}" if len(options.hosts) > 1 else ""
-        say(f"[{position}/{len(todo)}] {candidate.name} ({candidate.label}): deploying{where}")
+        say(f"[{position}/{len(self.todo)}] {candidate.name} ({candidate.label}): deploying{where}")
         entry.update(status="running", started=results.utc_stamp(), **({"host": "+".join(span)} if where else {}))
-        save()
+        self.save()
         deployed = playbooks.deploy(
             options.inventory,
             ",".join(span),
             candidate.name,
-            layouts_for_deploy,
+            self.plan.layouts_for_deploy,
             cancel=lambda: interrupts.count > 1,
             phase=lambda p, n=candidate.name: note(f"  {n}: {p}{where}"),
         )
@@ -271,7 +347,7 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
                 duration_s=round(time.monotonic() - began, 1),
                 finished=results.utc_stamp(),
             )
-            save()
+            self.save()
             say(f"  {candidate.name} did not start: {deployed.message.splitlines()[0] if deployed.message else 'no message'}")
             return interrupts.stop
         entry["load_s"] = deployed.load_s
@@ -279,31 +355,34 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
         note(f"  {candidate.name}: serving" + (f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else "") + where)
         if interrupts.stop:
             entry["status"] = "interrupted"
-            save()
+            self.save()
             return True
-        measured = _measure(candidate, entry, options, note, identifier, on)
+        measured = _measure(candidate, entry, options, note, self.plan.identifier, on)
         entry["duration_s"] = round(time.monotonic() - began, 1)
         # The search's own cost: everything but loading the model and Locust sending requests.
         entry["overhead_s"] = round(entry["duration_s"] - (deployed.load_s or 0.0) - entry.get("locust_s", 0.0), 1)
         if measured == "interrupted":
             entry["status"] = "interrupted"
-            save()
+            self.save()
             return True
-        save()
-        with lock:
-            durations.append(entry["duration_s"])
-            left = sum(1 for e in todo if e["status"] in ("pending", "running")) / len(options.hosts)
+        self.save()
+        with self.lock:
+            self.durations.append(entry["duration_s"])
+            left = sum(1 for e in self.todo if e["status"] in ("pending", "running")) / len(options.hosts)
+            mean = sum(self.durations) / len(self.durations)
         scores = entry.get("scores") or {}
         say(
             f"  {candidate.name}: {entry['status']}, C=1 {_fig(scores.get('c1'))} tok/s, peak {_fig(scores.get('peak'))} tok/s"
             f" at C={scores.get('peak_c') or '-'} ({entry.get('stopped') or 'all levels'}); {_minutes(entry['duration_s'])}"
-            + (f"; about {_minutes(sum(durations) / len(durations) * left)} left" if left else "")
+            + (f"; about {_minutes(mean * left)} left" if left else "")
         )
         return False
 
+
+def _launch_all(launch: _Launcher, options: SearchOptions, todo: list[dict[str, Any]]) -> bool:
+    """One-box candidates one per host at a time; then each multi-node one alone, on all its nodes. True if interrupted."""
     interrupted = False
     queue = list(enumerate(todo, 1))
-    # One-box candidates one per host at a time; then each multi-node one alone, on all its nodes.
     one_box = [(position, entry) for position, entry in queue if "nodes" not in entry]
     spanning = [(position, entry) for position, entry in queue if "nodes" in entry]
     if len(options.hosts) > 1 and one_box:
@@ -317,19 +396,7 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
             signal.signal(signal.SIGINT, previous_handler)
         if interrupted:
             break
-    state["winners"] = _winners(state, options)
-    if interrupted:
-        manifest.save(state, path)
-        say(f"search interrupted: finished candidates are kept. Resume with the same command (or --resume {identifier}).")
-        return 130
-    state["serving_at_end"] = _leave(state, options, layouts_for_deploy, groups, say)
-    state["finished"] = results.utc_stamp()
-    state["wall_s"] = round(time.monotonic() - started_all, 1)
-    manifest.save(state, path)
-    outputs = search_report.write(state, path, entries)
-    say(search_report.text(state, entries))
-    say(f"manifest {path}\nreport {outputs['markdown']}" + (f"\nplots {outputs['plot']}" if outputs.get("plot") else ""))
-    return 0 if any(e["status"] == "measured" for e in state["candidates"]) else 1
+    return interrupted
 
 
 def _span_refusal(name: str, span: list[str], missing: list[str]) -> str:
