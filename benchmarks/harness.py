@@ -12,7 +12,6 @@ only) report how late one process sends against its own schedule (actual minus p
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -26,11 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import results
+from benchmarks import harness_tables, results, token_server
 from benchmarks.metrics import level_metrics
 from benchmarks.records import RequestRecord
 from benchmarks.workload import Workload
-from sglang_layout import tables
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,42 +56,6 @@ OPEN_LOOP_SCENARIOS = (
     Scenario("open loop: 1,000 requests/s", 0, 1.0, 2, rate=1_000.0),
     Scenario("open loop: 10,000 requests/s", 0, 1.0, 2, rate=10_000.0, seconds=1.0),
 )
-
-
-# --- the token server ------------------------------------------------------------------------------------
-def serve(port: int, itl_ms: float) -> None:
-    from aiohttp import web
-
-    itl = itl_ms / 1000.0
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        count = int(body.get("max_tokens", 16))
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        deadline = time.monotonic()
-        chunk = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "tok "}}]}).encode() + b"\n\n"
-        usage = {"prompt_tokens": 8, "completion_tokens": count, "total_tokens": count + 8}
-        try:
-            for _ in range(count):
-                delay = deadline - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await response.write(chunk)
-                deadline += itl
-            await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
-            await response.write(b"data: [DONE]\n\n")
-        except (ConnectionError, OSError):
-            pass  # the client stopped reading (its level ended): nothing to report
-        return response
-
-    async def health(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/health", health)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
 def _free_port() -> int:
@@ -258,43 +220,6 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
     }
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    num = tables.number
-    header = ("scenario", "client", "client CPU %", "tok / CPU-s", "agg tok/s", "ITL p50 / p99 ms (true)", "req tok/s p50 (true)")
-    lines = []
-    for row in rows:
-        itl = f"{num(row['itl_p50_ms'], 2)} / {num(row['itl_p99_ms'], 2)} ({num(row['true_itl_ms'], 0)})"
-        rate = f"{num(row['decode_p50'], 2)} ({num(row['true_decode'], 2)})"
-        lines.append(
-            (
-                row["scenario"],
-                row["client"],
-                num(row["client_cpu_pct"], 0),
-                num(row["tok_per_cpu_s"], 0),
-                num(row["aggregate_tok_s"], 0),
-                itl,
-                rate,
-            )
-        )
-    return tables.text_table(header, lines)
-
-
-def open_loop_table(rows: list[dict[str, Any]]) -> str:
-    num = tables.number
-    header = ("scenario", "client CPU %", "sent/s (schedule)", "late p50 / p99 ms", "failed / measured")
-    lines = [
-        (
-            row["scenario"],
-            num(row["client_cpu_pct"], 0),
-            f"{num(row['achieved_rate'], 0)} ({num(row['planned_rate'], 0)})",
-            f"{num(row['lateness_p50_ms'], 2)} / {num(row['lateness_p99_ms'], 2)}",
-            f"{row['failed']} / {row['requests']}",
-        )
-        for row in rows
-    ]
-    return tables.text_table(header, lines)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `harness` subcommand's options (python -m benchmarks harness)."""
     sub = parser.add_subparsers(dest="harness_command")
@@ -307,7 +232,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command_harness(args: argparse.Namespace) -> int:
     if args.harness_command == "serve":
-        serve(args.port, args.itl_ms)
+        token_server.serve(args.port, args.itl_ms)
         return 0
     print(f"CPUs: {sorted(os.sched_getaffinity(0))} (server pinned to the first, clients to the second)", flush=True)
     rows = []
@@ -323,8 +248,8 @@ def command_harness(args: argparse.Namespace) -> int:
         for scenario in OPEN_LOOP_SCENARIOS:
             print(f"  {scenario.name}: locust ...", flush=True)
             open_rows.append(measure(scenario, "locust", Path(tmp), args.timeout))
-    print(table(rows))
-    print(open_loop_table(open_rows))
+    print(harness_tables.table(rows))
+    print(harness_tables.open_loop_table(open_rows))
     capacity = {row["client"]: row["tok_per_cpu_s"] for row in rows if row["scenario"] == SCENARIOS[0].name}
     if capacity.get("locust") and capacity.get("asyncio"):
         print(f"Locust / asyncio tokens per CPU-second: {capacity['locust'] / capacity['asyncio']:.2f}")

@@ -12,7 +12,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from benchmarks import harness
+from benchmarks import harness, harness_tables
 from tests.rehearsal.bench import benchmarks
 from tests.rehearsal.standin import serving_locally
 
@@ -102,4 +102,4 @@ def test_the_harness_reports_the_schedules_lateness(tmp_path):
     assert row["status"] == 0 and (row["requests"], row["failed"]) == (200, 0)
     assert row["achieved_rate"] == pytest.approx(row["planned_rate"], rel=0.03)
     assert 0 <= row["lateness_p50_ms"] <= row["lateness_p99_ms"] < 20
-    assert "open loop: 200 requests/s" in harness.open_loop_table([row])
+    assert "open loop: 200 requests/s" in harness_tables.open_loop_table([row])
