@@ -46,6 +46,7 @@ class UnitSpec:
     state_dir: str = defaults.STATE_DIR
     secrets_source: str | None = None  # the root-only file systemd hands over as a credential
     node: NodePlace | None = None  # this host's part of a multi-node layout
+    health_url: str = ""  # /health_generate as the host reaches it (a wildcard bind address on loopback)
 
     @property
     def exec_start(self) -> str:
@@ -74,6 +75,7 @@ class UnitSpec:
             "node_rank": self.node.rank if self.node else 0,
             "nnodes": self.node.nnodes if self.node else 1,
             "dist_init_addr": self.node.dist_init_addr if self.node else "",
+            "health_url": self.health_url,
         }
 
 
@@ -148,4 +150,5 @@ def unit_spec(
         state_dir=state_dir,
         secrets_source=secrets_source,
         node=node,
+        health_url=defaults.local_url(host, port, "/health_generate"),
     )

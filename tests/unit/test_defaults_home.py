@@ -56,3 +56,12 @@ def test_one_pip_environment_for_every_pinned_install():
     mirrored = pip_environment("https://pypi.example/simple", ["https://extra/a", "https://extra/b"])
     assert mirrored["PIP_INDEX_URL"] == "https://pypi.example/simple"
     assert mirrored["PIP_EXTRA_INDEX_URL"] == "https://extra/a https://extra/b"
+
+
+def test_the_rendered_unit_carries_its_health_url_computed_once():
+    from sglang_layout.schema import parse_layouts
+    from tests.unit.specs import spec
+
+    layout = parse_layouts({"ep8": {"tp": 8, "ep": 8}})["ep8"]
+    assert spec(layout).to_dict()["health_url"] == "http://127.0.0.1:30001/health_generate"  # bound to 0.0.0.0
+    assert spec(layout, host="10.1.2.3", port=30002).health_url == "http://10.1.2.3:30002/health_generate"
