@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration.test_deploy import serving_only
 from tests.integration.test_search import records, search, search_args, serving, the_manifest
+from tests.integration.test_stopping import alive
 from tests.rehearsal.bench import benchmarks_argv, tool_env
 from tests.rehearsal.gpu_host import GPU_HOST, true_decode_tok_s
 from tests.rehearsal.playbook import REPO
@@ -137,10 +138,6 @@ def test_a_search_stopped_by_sigterm_mid_measurement_leaves_nothing_running(prov
             process.kill()
     output = log.read_text()
     assert process.returncode != 0 and "search interrupted" in output, output[-3000:]
-    left = []
-    for pid in descendants:
-        with contextlib.suppress(psutil.Error):  # gone: as it should be
-            left.append(command_of(psutil.Process(pid)))
-    assert [command for command in left if command] == [], output[-3000:]
+    assert alive(descendants) == [], output[-3000:]
     assert list(private_tmp.iterdir()) == [], output[-3000:]
     serving_only(provisioned.box, provisioned.port, serving(provisioned))
