@@ -196,8 +196,12 @@ class Swap:
         return {**waited, "load_s": seconds_since_start(state)}
 
     def record(self, content: dict) -> None:
+        """The record of what serves, whole or not at all; a full disk leaves the old one and says so."""
         if self.p["fact_path"] and content:
-            write_atomically(self.p["fact_path"], json.dumps(content, indent=4, sort_keys=True) + "\n", 0o644)
+            try:
+                write_atomically(self.p["fact_path"], json.dumps(content, indent=4, sort_keys=True) + "\n", 0o644)
+            except OSError as exc:
+                raise HostError(f"could not write the record {self.p['fact_path']}: {exc}") from exc
 
     def forward(self) -> dict:
         unit = self.p["unit"]
@@ -223,6 +227,15 @@ class Swap:
         self.record(self.p["record"])
         return health
 
+    def restore_unit_file(self) -> None:
+        """The unit file as it was before this swap rewrote it, and systemd told."""
+        if self.p["previous_file"] and self.p["unit_path"]:
+            try:
+                write_atomically(self.p["unit_path"], self.p["previous_file"], 0o644)
+            except OSError as exc:
+                raise HostError(f"could not restore the unit file {self.p['unit_path']}: {exc}") from exc
+        self.systemctl("daemon-reload")
+
     def back(self, failure: Failed) -> dict:
         """The failed start's journal, the failed unit stopped and disabled, the previous layout again."""
         unit, previous = self.p["unit"], self.p["previous"]
@@ -234,13 +247,13 @@ class Swap:
             self.systemctl("stop", unit)
         with contextlib.suppress(HostError):
             self.systemctl("disable", unit)
-        if self.p["previous_file"] and self.p["unit_path"]:
-            write_atomically(self.p["unit_path"], self.p["previous_file"], 0o644)
-        self.systemctl("daemon-reload")
         if not previous:
+            with contextlib.suppress(HostError):
+                self.restore_unit_file()
             return {**result, "outcome": "failed"}
         self.step(f"start {previous} again")
         try:
+            self.restore_unit_file()
             self.systemctl("start", previous)
             self.systemctl("enable", previous)
             self.step(f"wait until {previous} generates again")
@@ -259,8 +272,12 @@ class Swap:
                     self.systemctl(verb, previous)
             return {**result, "outcome": "rollback_failed", "rollback": rollback}
         self.step(f"record {previous}")
-        self.record(self.p["previous_record"])
-        return {**result, "outcome": "rolled_back", "rollback": {"elapsed": health["elapsed"]}}
+        rolled_back = {**result, "outcome": "rolled_back", "rollback": {"elapsed": health["elapsed"]}}
+        try:
+            self.record(self.p["previous_record"])
+        except HostError as unwritten:  # the record on disk is the one from before this swap: it still holds
+            rolled_back["rollback"]["record_error"] = str(unwritten)
+        return rolled_back
 
     def run(self) -> dict:
         try:

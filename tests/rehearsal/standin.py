@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from benchmarks.metrics import decode_rate
+from benchmarks.records import RequestRecord
 from tests.rehearsal.box import CACHE, built_once, free_port
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -178,3 +181,34 @@ def serving_locally(tmp: Path, *flags: str, **simulation: object) -> Iterator[st
     with local_server(tmp, *flags, **simulation) as (process, url, _):
         assert wait_http(url + "/health_generate", 20, process) == 200
         yield url
+
+
+def emitted(url: str) -> dict:
+    """STAND-IN only: the server's own log of what it sent (/standin/emitted, on the client's CLOCK_MONOTONIC)."""
+    with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def sent_streams(log: dict) -> list[RequestRecord]:
+    """Each stream as the stand-in sent it ([send time, cumulative tokens] per chunk), in the client's record shape."""
+    streams = []
+    for chunks in log["streams"]:
+        counts = [int(n) for _, n in chunks]
+        streams.append(
+            RequestRecord(
+                level=0,
+                phase="measured",
+                sent=chunks[0][0],
+                output_tokens=counts[-1],
+                chunk_times=[t for t, _ in chunks],
+                chunk_tokens=[n - before for n, before in zip(counts, [0, *counts[:-1]], strict=True)],
+            )
+        )
+    return streams
+
+
+def sent_decode_rate(streams: list[RequestRecord], window: list[float]) -> float:
+    """The median decode rate (benchmarks/metrics.py's definition) of the streams the server began inside a
+    level's measured window: what the client should measure, the server's own lateness under load included."""
+    lo, hi = window
+    return statistics.median(rate for stream in streams if lo <= stream.sent <= hi and (rate := decode_rate(stream)) is not None)

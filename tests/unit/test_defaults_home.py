@@ -16,6 +16,8 @@ BOTH_SIDES = {
     "sglang_defaults_model_slug": defaults.MODEL_SLUG,
     "sglang_defaults_service_user": defaults.SERVICE_USER,
     "sglang_defaults_state_dir": defaults.STATE_DIR,
+    "sglang_defaults_port": defaults.PORT,
+    "sglang_defaults_bind_address": defaults.BIND_ADDRESS,
     "sglang_defaults_dist_init_port": defaults.DIST_INIT_PORT,
     "sglang_defaults_facts_dir": defaults.FACTS_DIR,
     "sglang_defaults_unit_dir": defaults.UNIT_DIR,
