@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ from sglang_layout.schema import Layout
 _NEEDS_QUOTES = re.compile(r"""[\s"'\\;]""")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]*")
+# What a unit file says of itself, on lines of its own (roles/sglang_service/templates/sglang.service.j2).
+LAYOUT_MARK, NODE_MARK, COMMAND_MARK = "X-SGLang-Layout=", "X-SGLang-Node=", "# Command: "
 
 
 def systemd_word(word: str) -> str:
@@ -152,3 +155,26 @@ def unit_spec(
         node=node,
         health_url=defaults.local_url(host, port, "/health_generate"),
     )
+
+
+def read_unit_file(text: str) -> dict[str, object]:
+    """What one of this project's unit files says of itself: its layout, its command and its part of a
+    multi-node layout (node rank and number of nodes; 0 and 1 on one box), for the record of what serves.
+
+    A unit written before it carried X-SGLang-Node= says its part only in its command (--nnodes, --node-rank).
+    """
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        for mark in (LAYOUT_MARK, NODE_MARK, COMMAND_MARK):
+            if line.startswith(mark) and mark not in found:
+                found[mark] = line[len(mark) :].strip()
+    command_line = found.get(COMMAND_MARK, "")
+    if NODE_MARK in found:
+        rank, _, nnodes = found[NODE_MARK].partition("/")
+    else:
+        words = shlex.split(command_line)
+        flag = {word: words[index + 1] for index, word in enumerate(words[:-1]) if word in ("--nnodes", "--node-rank")}
+        rank, nnodes = flag.get("--node-rank", "0"), flag.get("--nnodes", "1")
+    if not (rank.isdigit() and nnodes.isdigit()):
+        raise ValueError(f"the unit's part of its layout is not rank/nodes: {rank}/{nnodes}")
+    return {"layout": found.get(LAYOUT_MARK, ""), "command": command_line, "node_rank": int(rank), "nnodes": int(nnodes)}

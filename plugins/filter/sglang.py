@@ -15,7 +15,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import agreement, defaults, diagnosis, flags, gpus, instances, nodes, router, secrets
+from sglang_layout import agreement, defaults, diagnosis, flags, gpus, instances, nodes, router, secrets, unit
 from sglang_layout.errors import DeclarationError
 
 
@@ -25,6 +25,14 @@ def sglang_gpu_record(query_output: str) -> dict[str, Any]:
         return gpus.parse_gpu_query(query_output)
     except ValueError as exc:
         raise AnsibleFilterError(f"sglang_gpu_record: {exc}") from exc
+
+
+def sglang_unit_file(unit_text: str) -> dict[str, Any]:
+    """One of this project's unit files -> its layout, command, node rank and number of nodes (for the record)."""
+    try:
+        return unit.read_unit_file(unit_text)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"sglang_unit_file: {exc}") from exc
 
 
 def sglang_flag_table(help_text: str, version: str) -> dict[str, Any]:
@@ -174,6 +182,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_gpu_record": sglang_gpu_record,
+            "sglang_unit_file": sglang_unit_file,
             "sglang_flag_table": sglang_flag_table,
             "sglang_diagnose": sglang_diagnose,
             "sglang_journal_argv": sglang_journal_argv,

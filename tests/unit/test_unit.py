@@ -2,8 +2,10 @@
 
 import shlex
 
+import pytest
+
 from sglang_layout.schema import parse_layout
-from sglang_layout.unit import systemd_assignment, systemd_word
+from sglang_layout.unit import read_unit_file, systemd_assignment, systemd_word
 from tests.unit import specs
 
 
@@ -25,3 +27,24 @@ def test_exec_start_reads_back_as_the_same_argv():
     assert shlex.split(spec.exec_start) == spec.argv
     assert spec.argv[-4:] == ["--json-model-override-args", '{"a": "b c"}', "--served-model-name", "kimi k2"]
     assert spec.to_dict()["environment_lines"][0] == "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"
+
+
+def test_a_unit_file_says_its_layout_command_and_node_part():
+    written = "# Command: python -m sglang.launch_server --tp 8 --nnodes 2 --node-rank 1\n[Unit]\nX-SGLang-Layout=tp16\n"
+    # Written before X-SGLang-Node= existed: its part is read from its command.
+    assert read_unit_file(written) == {
+        "layout": "tp16",
+        "command": "python -m sglang.launch_server --tp 8 --nnodes 2 --node-rank 1",
+        "node_rank": 1,
+        "nnodes": 2,
+    }
+    # The line wins over the command, whose flags may be quoted or absent.
+    assert read_unit_file(written + "X-SGLang-Node=0/4\n")["node_rank"] == 0
+    assert read_unit_file("[Unit]\nX-SGLang-Layout=ep8\nX-SGLang-Node=0/1\n") == {
+        "layout": "ep8",
+        "command": "",
+        "node_rank": 0,
+        "nnodes": 1,
+    }
+    with pytest.raises(ValueError, match="not rank/nodes: x/1"):
+        read_unit_file("X-SGLang-Node=x/1\n")
