@@ -27,6 +27,11 @@ def sglang_gpu_record(query_output: str) -> dict[str, Any]:
         raise AnsibleFilterError(f"sglang_gpu_record: {exc}") from exc
 
 
+def sglang_gpu_description(record: dict[str, Any]) -> str:
+    """The GPU record -> one line: count, name, memory, compute capability, PCIe link, driver."""
+    return gpus.describe(record or {})
+
+
 def sglang_unit_file(unit_text: str) -> dict[str, Any]:
     """One of this project's unit files -> its layout, command, node rank and number of nodes (for the record)."""
     try:
@@ -183,6 +188,7 @@ class FilterModule:
         return {
             "sglang_gpu_record": sglang_gpu_record,
             "sglang_unit_file": sglang_unit_file,
+            "sglang_gpu_description": sglang_gpu_description,
             "sglang_flag_table": sglang_flag_table,
             "sglang_diagnose": sglang_diagnose,
             "sglang_journal_argv": sglang_journal_argv,

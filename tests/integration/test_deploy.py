@@ -76,6 +76,9 @@ def test_swap_to_tp8_leaves_exactly_one_layout_active_and_enabled(provisioned):
     swapped = deploy(provisioned, "tp8")
     assert swapped.returncode == 0, swapped.output[-3000:]
     assert "Swapping sglang-k26-ep8.service -> sglang-k26-tp8.service" in swapped.stdout
+    # Preflight names the GPUs it judged against, their compute capability and PCIe link included.
+    assert "GPUs: 8 x NVIDIA RTX PRO 6000 Blackwell Workstation Edition" in swapped.stdout
+    assert "compute capability 12.0, PCIe Gen5 x16" in swapped.stdout
     serving_only(provisioned.box, provisioned.port, "tp8")
     assert state(provisioned.box, "ep8") == ("inactive", "disabled")
 
@@ -272,6 +275,7 @@ def test_status_reports_and_stop_stops_every_layout(provisioned):
     assert status.returncode == 0, status.output[-3000:]
     assert '"active layout: ep8-tuned"' in status.stdout and '/health_generate -> 200"' in status.stdout, status.stdout
     assert '"sglang: 0.5.23+standin"' in status.stdout and '"gpus: 8 x NVIDIA RTX PRO 6000' in status.stdout
+    assert "compute capability 12.0, PCIe Gen5 x16, driver 580.95.05" in status.stdout
     stopped = provisioned.playbook("playbooks/stop.yml")
     assert stopped.returncode == 0, stopped.output[-3000:]
     assert active_units(box) == [] and enabled_units(box) == []

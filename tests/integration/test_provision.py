@@ -18,6 +18,7 @@ def test_a_fresh_box_gets_the_toolkit_the_venv_and_a_record_of_both(provisioned)
     assert "release 13.0," in box.run("/usr/local/cuda-13.0/bin/nvcc", "--version").stdout
     gpus = read_json(box, "/etc/ansible/facts.d/sglang_gpus.fact")
     assert (gpus["count"], gpus["memory_gib"], gpus["driver_version"]) == (8, 94.97, "580.95.05")
+    assert (gpus["compute_capability"], gpus["pcie_gen"], gpus["pcie_width"]) == ("12.0", 5, 16)
     assert read_json(box, "/etc/ansible/facts.d/cuda_toolkit.fact")["home"] == "/usr/local/cuda-13.0"
 
     record = read_json(box, "/etc/ansible/facts.d/sglang_venv.fact")

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from sglang_layout.gpus import parse_gpu_query
+from sglang_layout.gpus import QUERY_FIELDS, describe, parse_gpu_query
 from tests.conftest import REPO
 
-FIELD_BOX = "\n".join(f"{i}, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 97249, 580.95.05" for i in range(8))
+FIELD_BOX = "\n".join(f"{i}, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 97249, 580.95.05, 12.0, 5, 16" for i in range(8))
 
 
 def test_the_field_box_reads_as_eight_gpus_of_about_95_gib():
@@ -19,17 +19,43 @@ def test_the_field_box_reads_as_eight_gpus_of_about_95_gib():
 
 
 def test_mixed_gpus_are_only_as_roomy_as_the_smallest():
-    record = parse_gpu_query("0, NVIDIA H100 80GB HBM3, 81559, 580.65.06\n1, NVIDIA A100-SXM4-40GB, 40960, 580.65.06")
+    record = parse_gpu_query(
+        "0, NVIDIA H100 80GB HBM3, 81559, 580.65.06, 9.0, 5, 16\n1, NVIDIA A100-SXM4-40GB, 40960, 580.65.06, 8.0, 4, 16"
+    )
     assert record["memory_mib"] == 40960 and record["memory_gib"] == 40.0
     assert record["name"] == "NVIDIA A100-SXM4-40GB / NVIDIA H100 80GB HBM3"
+    assert (record["compute_capability"], record["pcie_gen"], record["pcie_width"]) == ("8.0", 4, 16)
+
+
+def test_the_field_box_says_its_capability_and_link_and_an_unreported_link_is_said_unknown():
+    record = parse_gpu_query(FIELD_BOX)
+    assert (record["compute_capability"], record["pcie_gen"], record["pcie_width"]) == ("12.0", 5, 16)
+    assert describe(record) == (
+        "8 x NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 94.97 GiB each, compute capability 12.0, PCIe Gen5 x16, "
+        "driver 580.95.05"
+    )
+    # A GPU on an SXM board or behind a hypervisor may report no PCIe link: the record says None, not 0.
+    sxm = parse_gpu_query("0, NVIDIA B200, 183359, 580.95.05, 10.0, [N/A], [N/A]")
+    assert (sxm["compute_capability"], sxm["pcie_gen"], sxm["pcie_width"]) == ("10.0", None, None)
+    assert "compute capability 10.0, PCIe link not recorded" in describe(sxm)
+    # A record written before the capability was asked for (four fields) reads as not recorded.
+    older = {key: value for key, value in record.items() if key not in ("compute_capability", "pcie_gen", "pcie_width")}
+    assert "compute capability not recorded, PCIe link not recorded" in describe(older)
+    assert describe({}) == "no GPU record"
+
+
+def test_the_role_asks_nvidia_smi_for_the_fields_the_parser_reads():
+    task = (REPO / "roles" / "sglang_gpus" / "tasks" / "main.yml").read_text()
+    assert f"--query-gpu={','.join(QUERY_FIELDS)} --format=csv,noheader,nounits" in task
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("", "listed no GPUs"),
-        ("0, NVIDIA H100, 81559", "has 3 fields, expected 4"),
-        ("0, NVIDIA H100, [N/A], 580.65.06", "is not index, name, MiB, driver"),
+        ("0, NVIDIA H100, 81559, 580.65.06", "has 4 fields, expected 7"),
+        ("0, NVIDIA H100, [N/A], 580.65.06, 9.0, 5, 16", "is not index, name, MiB, driver"),
+        ("0, NVIDIA H100, 81559, 580.65.06, nine, 5, 16", "is not index, name, MiB, driver, compute capability"),
     ],
 )
 def test_answers_that_are_not_a_gpu_list_are_refused_with_the_line(text, message):
