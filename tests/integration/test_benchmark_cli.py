@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -18,7 +17,7 @@ from benchmarks.levels import read_level
 from benchmarks.metrics import level_metrics
 from tests.rehearsal.bench import benchmarks, benchmarks_argv, tool_env
 from tests.rehearsal.playbook import REPO
-from tests.rehearsal.standin import serving_locally
+from tests.rehearsal.standin import emitted, serving_locally
 
 FAST = ["--output-tokens", "16", "--input-tokens", "8", "--min-requests", "4", "--rounds", "2", "--level-timeout", "60"]
 
@@ -223,5 +222,4 @@ def test_flush_cache_empties_the_prefix_cache_before_each_level(tmp_path):
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 2.0}) as url:
         done = bench("run", "--url", url, "--levels", "1,2", *FAST, "--flush-cache", "--results-dir", str(tmp_path / "r"))
         assert done.returncode == 0, done.stdout + done.stderr
-        with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
-            assert json.loads(answer.read())["flushes"] == 2
+        assert emitted(url)["flushes"] == 2

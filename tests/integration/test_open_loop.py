@@ -7,14 +7,13 @@ the schedule is checked where it matters, at the server, not only in the client'
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import numpy as np
 import pytest
 
 from benchmarks import harness, harness_tables
 from tests.rehearsal.bench import benchmarks
-from tests.rehearsal.standin import serving_locally
+from tests.rehearsal.standin import emitted, serving_locally
 
 pytestmark = pytest.mark.alone  # rates and lateness held to the clock (tests/alone.py)
 
@@ -60,8 +59,7 @@ def test_the_server_sees_the_intended_rate_and_burstiness(tmp_path, burstiness, 
             *("--request-rates", f"{RATE:g}", "--burstiness", f"{burstiness:g}", "--processes", str(processes)),
             *("--min-requests", str(MEASURED), "--warmup", "50"),
         )
-        with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
-            arrivals = sorted(json.loads(answer.read())["arrivals"])
+        arrivals = sorted(emitted(url)["arrivals"])
     assert level["status"] == "ok" and level["completed"] == MEASURED
     arrival, intended_cv = level["arrival"], 1 / np.sqrt(burstiness)
     # The seeded schedule itself: 1,000 gamma gaps are within sampling noise of what was asked.

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 
 from tests.rehearsal.bench import benchmarks
-from tests.rehearsal.standin import serving_locally
+from tests.rehearsal.standin import emitted, serving_locally
 
 FAST = ["--min-requests", "6", "--rounds", "1", "--warmup", "0", "--metrics-interval", "0"]
 
 
 def seen_prompts(url: str) -> list[str]:
-    with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
-        return json.loads(answer.read())["prompts"]
+    return emitted(url)["prompts"]
 
 
 def stored_level(results) -> dict:

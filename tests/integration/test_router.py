@@ -11,14 +11,13 @@ import urllib.request
 from tests.rehearsal import box as boxes
 from tests.rehearsal.bench import benchmarks
 from tests.rehearsal.playbook import run_playbook
-from tests.rehearsal.standin import BOX_WHEELHOUSE
+from tests.rehearsal.standin import BOX_WHEELHOUSE, emitted
 
 UNIT = "sglang-router-k26.service"
 
 
 def arrivals(url: str) -> int:
-    with urllib.request.urlopen(url + "/standin/emitted", timeout=10) as answer:
-        return len(json.loads(answer.read())["arrivals"])
+    return len(emitted(url)["arrivals"])
 
 
 def generate(router: str, tokens: int = 4) -> int:

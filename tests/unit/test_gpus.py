@@ -46,7 +46,7 @@ def test_the_field_box_says_its_capability_and_link_and_an_unreported_link_is_sa
 
 def test_the_role_asks_nvidia_smi_for_the_fields_the_parser_reads():
     task = (REPO / "roles" / "sglang_gpus" / "tasks" / "main.yml").read_text()
-    assert f"--query-gpu={','.join(QUERY_FIELDS)} --format=csv,noheader,nounits" in task
+    assert f"- --query-gpu={','.join(QUERY_FIELDS)}\n      - --format=csv,noheader,nounits" in task
 
 
 @pytest.mark.parametrize(
