@@ -17,7 +17,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import report
+from sglang_layout import defaults, oracle, report
 from sglang_layout.command import SECRETS_FILE_IN_UNIT
 from sglang_layout.hardening import parse_overrides
 from sglang_layout.model_size import ModelConfigError
@@ -40,6 +40,11 @@ ARGUMENT_SPEC = {
     "hardening": {"type": "dict", "default": {}},
     # Whether there is a secrets file (handed to the unit as a credential); its path is the unit's business.
     "secrets": {"type": "bool", "default": False},
+    # The host's SGLang install (the sglang_venv record) and CUDA home: with them, the request for SGLang's own
+    # checks (oracle_request) is built for the layout (or every layout), to run on the host in the units' sandbox.
+    "install": {"type": "dict", "default": {}},
+    "cuda_home": {"type": "str", "default": ""},
+    "gpu_ids": {"type": "list", "elements": "int", "default": []},
 }
 
 
@@ -72,6 +77,25 @@ class ActionModule(ActionBase):
                 hardening=overrides,
             )
             verdicts = check_all(layouts, facts)
+            install = args["install"]
+            asked = [chosen] if chosen is not None else list(layouts.values())
+            oracle_request = (
+                oracle.request(
+                    asked,
+                    {v.layout.name: v.argv for v in verdicts},
+                    venv=install["venv"],
+                    python_version=str(install["python_version"]),
+                    cuda_home=args["cuda_home"] or defaults.CUDA_HOME,
+                    base_env=install.get("environment") or {},
+                    gpu_ids=args["gpu_ids"] or None,
+                    user=install.get("user") or defaults.SERVICE_USER,
+                    group=install.get("group") or defaults.SERVICE_USER,
+                    state_dir=install.get("state_dir") or defaults.STATE_DIR,
+                    hardening_overrides=overrides,
+                )
+                if install.get("venv") and install.get("python_version")
+                else None
+            )
         except (DeclarationError, ModelConfigError, ValueError) as exc:
             raise AnsibleActionFail(f"preflight input: {exc}") from exc
         result.update(
@@ -80,6 +104,8 @@ class ActionModule(ActionBase):
             reasons=report.format_reasons(verdicts).splitlines(),
             verdicts={v.layout.name: v.to_dict() for v in verdicts},
         )
+        if oracle_request is not None:
+            result["oracle_request"] = oracle_request
         if chosen is None:
             return result
         verdict = next(v for v in verdicts if v.layout.name == chosen.name)

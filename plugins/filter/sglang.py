@@ -15,7 +15,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import agreement, defaults, diagnosis, flags, gpus, instances, nodes, router, secrets, unit
+from sglang_layout import agreement, defaults, diagnosis, flags, gpus, instances, nodes, oracle, router, secrets, unit
 from sglang_layout.errors import DeclarationError
 
 
@@ -38,6 +38,21 @@ def sglang_unit_file(unit_text: str) -> dict[str, Any]:
         return unit.read_unit_file(unit_text)
     except ValueError as exc:
         raise AnsibleFilterError(f"sglang_unit_file: {exc}") from exc
+
+
+def sglang_oracle_lines(verdicts: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """Our preflight's verdicts and SGLang's own report -> the side-by-side lines, disagreements marked."""
+    return oracle.lines(verdicts or {}, report or {})
+
+
+def sglang_oracle_refusal(report: dict[str, Any], layout: str) -> str:
+    """SGLang's report -> why the layout may not be deployed ('' when SGLang accepts it)."""
+    if (report or {}).get("import_error"):
+        return (
+            f"SGLang's own checks could not run on the host: {report['import_error']}. Repair the install "
+            "(playbooks/provision.yml), or deploy without them: -e sglang_oracle=false. Nothing was changed."
+        )
+    return oracle.deploy_refusal(layout, report or {})
 
 
 def sglang_flag_table(help_text: str, version: str) -> dict[str, Any]:
@@ -190,6 +205,8 @@ class FilterModule:
             "sglang_unit_file": sglang_unit_file,
             "sglang_gpu_description": sglang_gpu_description,
             "sglang_flag_table": sglang_flag_table,
+            "sglang_oracle_lines": sglang_oracle_lines,
+            "sglang_oracle_refusal": sglang_oracle_refusal,
             "sglang_diagnose": sglang_diagnose,
             "sglang_journal_argv": sglang_journal_argv,
             "sglang_local_url": sglang_local_url,

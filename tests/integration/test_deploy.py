@@ -130,6 +130,33 @@ def test_preflight_refuses_the_field_failures_and_tp8_keeps_serving_untouched(pr
     serving_only(box, provisioned.port, "tp8")
 
 
+def test_what_sglang_itself_refuses_is_refused_before_anything_stops_and_forcing_it_rolls_back(provisioned, declared_vars):
+    """Our rules pass the layout; the installed SGLang's own check refuses it (the stand-in imitates the real
+    parallel_hook.py:267). The deploy stops before the host changes, with SGLang's words; preflight.yml shows
+    both verdicts and marks our rule for review; with the checks switched off the server refuses at start."""
+    box = provisioned.box
+    layouts = {
+        **declared_vars["sglang_layouts"],
+        "dcpq": {"tp": 8, "args": {"dcp-replicate-q-proj": True}},
+        "ep4-deepep": {"tp": 8, "ep": 4, "args": {"moe-a2a-backend": "deepep"}},
+    }
+    before = (main_pid(box, "tp8"), project_units(box))
+    refused = deploy(provisioned, "dcpq", extra_vars={"sglang_layouts": layouts})
+    assert refused.returncode != 0 and refused.changed(box.name) == 0
+    said = "SGLang 0.5.23+standin refuses layout dcpq with its own check: ValueError: --dcp-replicate-q-proj requires"
+    assert said in refused.stdout, refused.stdout[-3000:]
+    assert "dcpq: ours ok, SGLang refuses  <- disagree: our rules miss this" in refused.stdout
+    assert (main_pid(box, "tp8"), project_units(box)) == before
+    shown = provisioned.playbook("playbooks/preflight.yml", extra_vars={"sglang_layouts": layouts}).succeeded()
+    assert "tp8: ours ok, SGLang accepts" in shown.stdout and "tp2ep4: ours refused, SGLang accepts  <- disagree" in shown.stdout
+    assert "rewrites ep_size: 4 -> 8 (_a2a_ep_size)" in shown.stdout  # what SGLang will really run
+    forced = deploy(provisioned, "dcpq", "-e", "sglang_oracle=false", extra_vars={"sglang_layouts": layouts})
+    assert forced.returncode != 0 and "not asked (-e sglang_oracle=false)" in forced.stdout
+    assert "ValueError: --dcp-replicate-q-proj requires --dcp-size > 1." in forced.stdout, forced.stdout[-3000:]
+    assert "Rolled back: sglang-k26-tp8.service is serving again" in forced.stdout
+    serving_only(box, provisioned.port, "tp8")
+
+
 @pytest.mark.parametrize(
     ("layout", "extra_vars", "cause", "quoted"),
     [

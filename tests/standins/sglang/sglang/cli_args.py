@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 def load_table() -> dict[str, Any]:
@@ -31,3 +34,23 @@ def build_parser(table: dict[str, Any] | None = None) -> argparse.ArgumentParser
         else:
             parser.add_argument(*names, action="store_true")
     return parser
+
+
+def with_config_file(argv: list[str]) -> list[str]:
+    """SGLang's --config FILE (YAML): its `key: value` lines become `--key value` ahead of the command line."""
+    if "--config" not in argv:
+        return argv
+    at = argv.index("--config")
+    path = Path(argv[at + 1])
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"Config file must be YAML format, got: {path.suffix}")
+    data = yaml.safe_load(path.read_text()) or {}
+    prefix: list[str] = []
+    for key, value in data.items():
+        if value is True:
+            prefix.append(f"--{key}")
+        elif isinstance(value, list):
+            prefix += [f"--{key}", *map(str, value)]
+        elif value is not False:
+            prefix += [f"--{key}", str(value)]
+    return prefix + argv[:at] + argv[at + 2 :]

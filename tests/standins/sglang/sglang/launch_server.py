@@ -1,7 +1,7 @@
 """STAND-IN for `python -m sglang.launch_server` (rehearsal tests only).
 
 Start-up follows SGLang's order and failure modes: argparse (exit 2 on an
-unknown, ambiguous or invalid flag), model init (the real ZeroDivisionError
+unknown, ambiguous or invalid flag), its argument checks (srt/server_args.py), model init (the real ZeroDivisionError
 when ep does not fit in tp), weight loading (CUDA out of memory when the
 simulated weights exceed the simulated GPUs used), then serving. The HTTP
 server answers 503 on /health while the model "loads".
@@ -17,12 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
 from aiohttp import web
 
 from sglang import __version__, rendezvous, simulation
-from sglang.cli_args import build_parser
+from sglang.cli_args import build_parser, with_config_file
 from sglang.server import Server
+from sglang.srt.server_args import ServerArgs
 
 log = logging.getLogger("sglang.launch_server")
 
@@ -114,32 +114,15 @@ async def serve(args: object, sim: simulation.Simulation) -> None:
         await runner.cleanup()
 
 
-def with_config_file(argv: list[str]) -> list[str]:
-    """SGLang's --config FILE (YAML): its `key: value` lines become `--key value` ahead of the command line."""
-    if "--config" not in argv:
-        return argv
-    at = argv.index("--config")
-    path = Path(argv[at + 1])
-    if path.suffix.lower() not in (".yaml", ".yml"):
-        raise ValueError(f"Config file must be YAML format, got: {path.suffix}")
-    data = yaml.safe_load(path.read_text()) or {}
-    prefix: list[str] = []
-    for key, value in data.items():
-        if value is True:
-            prefix.append(f"--{key}")
-        elif isinstance(value, list):
-            prefix += [f"--{key}", *map(str, value)]
-        elif value is not False:
-            prefix += [f"--{key}", str(value)]
-    return prefix + argv[:at] + argv[at + 2 :]
-
-
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
     argv = with_config_file(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)  # exits 2 like SGLang on a bad flag
     if not args.model_path:
         build_parser().error("the following arguments are required: --model-path")
+    resolved = ServerArgs(vars(args))  # SGLang's own argument checks, before the model (sglang/srt/server_args.py)
+    resolved.resolve_once()
+    resolved.check_server_args()
     if not (Path(args.model_path) / "config.json").is_file():
         raise OSError(f"{args.model_path} does not appear to have a file named config.json.")
     sim = simulation.load()
