@@ -75,6 +75,8 @@ class PreflightResult:
     serving: str  # the layout serving before the search ('' when none)
     # What makes hosts comparable (sglang_layout.nodes.node_summary): GPUs, driver, SGLang version, model files.
     identity: dict[str, str] | None = None
+    # The installed SGLang's own verdict on every candidate (sglang_args_verdict's report; {} when not asked).
+    sglang: dict[str, Any] | None = None
 
 
 def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str = "") -> PreflightResult:
@@ -92,6 +94,8 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str 
         res = data.get("res", {})
         if str(data.get("task_action", "")).endswith("sglang_preflight"):
             found["verdicts"] = res.get("verdicts", {})
+        if str(data.get("task_action", "")).endswith("sglang_args_verdict"):
+            found["sglang"] = res.get("report") or {}
         facts = res.get("ansible_facts") or {}
         if "sglang_service_serving" in facts:  # the role reads its own record (an instance's has its own name)
             found["serving"] = str(facts["sglang_service_serving"] or "")
@@ -104,7 +108,8 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str 
     runner = _run("playbooks/preflight.yml", inventory, {"target": host, "sglang_layouts": layouts}, on_event)
     if "verdicts" not in found:
         raise PlaybookError(f"preflight on {host} did not run: {_failure(events, f'the playbook ended {runner.status}')}")
-    return PreflightResult(found["verdicts"], found.get("serving", ""), _identity(found.get("local") or {}, checksums, version))
+    identity = _identity(found.get("local") or {}, checksums, version)
+    return PreflightResult(found["verdicts"], found.get("serving", ""), identity, found.get("sglang") or {})
 
 
 def _identity(local: dict[str, Any], checksums: dict[str, str], version: str) -> dict[str, str]:

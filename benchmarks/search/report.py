@@ -99,8 +99,26 @@ def economy(state: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def sglang_lines(state: dict[str, Any], per_candidate: int = 6) -> list[str]:
+    """The installed SGLang's own verdict per candidate: what it will really run, and where it and ours differ."""
+    out = []
+    for entry in state["candidates"]:
+        said = entry.get("sglang")
+        if not said:
+            continue
+        verdict = "accepts" if said["accepted"] else f"refuses ({said['refusal']})"
+        differ = "" if said["agrees_with_ours"] else "; our rules judged it otherwise (rule for review)"
+        out.append(f"{entry['name']}: SGLang {said['version']} {verdict}{differ}")
+        out += [f"  {line}" for line in said["resolved"][:per_candidate]]
+        if len(said["resolved"]) > per_candidate:
+            out.append(f"  ... and {len(said['resolved']) - per_candidate} more")
+    return out
+
+
 def text(state: dict[str, Any], entries: dict[str, Any]) -> str:
     lines = [f"\nsearch {state['id']} on {state['host']}", tables.text_table(HEADER, rows(state, note_width=70)), economy(state)]
+    if said := sglang_lines(state, per_candidate=3):
+        lines += ["", "what the installed SGLang will really run (its own checks, before any launch):", *said]
     winners = state.get("winners") or {}
     lines.append("")
     asked = {"capacity": bool(state.get("slo")), "goodput": bool(state["workload"].get("goodput"))}
@@ -128,6 +146,8 @@ def markdown(state: dict[str, Any], entries: dict[str, Any], plot: Path | None) 
         "## Winners\n",
     ]
     parts += [f"- {winners[o]['sentence']}" for o in objectives.OBJECTIVES if o in winners]
+    if said := sglang_lines(state):
+        parts += ["", "## What the installed SGLang will really run\n", "```text", *said, "```"]
     entry = winner_entry(state, entries)
     if entry:
         parts += ["", "## The winner as a declaration\n", "```yaml", entry.rstrip(), "```"]

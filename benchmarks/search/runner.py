@@ -21,7 +21,7 @@ from benchmarks.search import manifest, objectives, playbooks
 from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
 from benchmarks.workload import Workload
-from sglang_layout import nodes
+from sglang_layout import nodes, oracle
 from sglang_layout.candidates import Candidate, declaration_hash, expand
 from sglang_layout.errors import DeclarationError
 from sglang_layout.schema import parse_layouts
@@ -105,7 +105,11 @@ def _validate(entries: dict[str, Any], declaration: dict[str, Any]) -> None:
         raise SearchError(f"{exc} (a candidate built from --layouts/--grid)") from exc
 
 
-def _entry(candidate: Candidate, digest: str, verdict: dict[str, Any] | None) -> dict[str, Any]:
+def _entry(
+    candidate: Candidate, digest: str, verdict: dict[str, Any] | None, sglang: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The candidate before launch: refused by our rules or by the installed SGLang's own check, or pending;
+    what SGLang will really run (its rewrites and choices) recorded either way."""
     entry: dict[str, Any] = {
         "name": candidate.name,
         "layout": candidate.layout,
@@ -118,6 +122,15 @@ def _entry(candidate: Candidate, digest: str, verdict: dict[str, Any] | None) ->
         return {**entry, "status": "refused", "reasons": ["preflight gave no verdict"]}
     findings = verdict.get("findings") or []
     entry["warnings"] = [f.get("message", "") for f in findings if f.get("severity") == "warning"]
+    judged = next((c for c in (sglang or {}).get("candidates") or [] if c["name"] == candidate.name), None)
+    if judged is not None:
+        entry["sglang"] = {
+            "version": (sglang or {}).get("sglang_version", ""),
+            "accepted": judged["accepted"],
+            "refusal": oracle.refusal_text(judged["refusal"]) if judged.get("refusal") else "",
+            "resolved": oracle.rewrites(judged),
+            "agrees_with_ours": bool(verdict.get("ok")) == bool(judged["accepted"]),
+        }
     if not verdict.get("ok"):
         reasons = [
             f"{f.get('message', '')}" + (f". Fix: {f['fix']}" if f.get("fix") else "")
@@ -125,6 +138,9 @@ def _entry(candidate: Candidate, digest: str, verdict: dict[str, Any] | None) ->
             if f.get("severity") == "error"
         ]
         entry.update(status="refused", reasons=reasons or [verdict.get("summary", "refused")])
+    elif judged is not None and not judged["accepted"]:
+        said = f"SGLang {entry['sglang']['version']}'s own check refuses it: {entry['sglang']['refusal']}"
+        entry.update(status="refused", reasons=[said])
     return entry
 
 
@@ -259,7 +275,7 @@ def _initial_state(options: SearchOptions, plan: _Plan, checks: dict[str, playbo
         state["original_layouts"] = previous.get("original_layouts") or {n: c.serving for n, c in checks.items()}
     for candidate in plan.candidates:
         digest = plan.digests[candidate.name]
-        entry = _entry(candidate, digest, checked.verdicts.get(candidate.name))
+        entry = _entry(candidate, digest, checked.verdicts.get(candidate.name), checked.sglang)
         try:
             span = nodes.layout_span(plan.layouts_for_deploy, candidate.name, plan.inventory.groups, options.hosts[0])
         except DeclarationError as exc:  # e.g. its nodes group is not in the inventory

@@ -77,6 +77,11 @@ def test_preflight_refuses_the_field_failures_and_they_are_never_launched(search
         assert f"{name} ({name}): deploying" not in done.stdout
         assert not records(results, name)
     assert {name for name, entry in by_name.items() if entry["status"] == "measured"} == set(KEYS)
+    # The installed SGLang judged every candidate too (the stand-in's entry points): it takes tp2ep4's arguments
+    # (the real one fails later, at model init), so the two verdicts differ and the record says so.
+    assert by_name["tp2ep4"]["sglang"]["accepted"] and not by_name["tp2ep4"]["sglang"]["agrees_with_ours"]
+    assert all(by_name[name]["sglang"]["accepted"] for name in KEYS)
+    assert "what the installed SGLang will really run (its own checks, before any launch):" in done.stdout
 
 
 def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):

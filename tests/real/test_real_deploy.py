@@ -26,6 +26,7 @@ LAYOUTS = {
     "cpu-a": {"tp": 1, "env": ENV},
     "cpu-b": {"tp": 1, "args": {"max-running-requests": 8}, "env": ENV},
     "cpu-bad": {"tp": 1, "args": {"cuda-graph-max-bs": 64}, "env": ENV},
+    "cpu-dcpq": {"tp": 1, "args": {"dcp-replicate-q-proj": True}, "env": ENV},
 }
 
 
@@ -106,6 +107,19 @@ def test_an_ambiguous_flag_is_refused_then_diagnosed_and_rolled_back_when_forced
     assert forced.returncode != 0
     assert "Cause: SGLang refused a command-line flag" in forced.stdout and "ambiguous option" in forced.stdout
     assert "Rolled back: sglang-tiny-cpu-b.service is serving again" in forced.stdout
+    assert active(box) == ["sglang-tiny-cpu-b.service"]
+    assert wait_http(f"http://127.0.0.1:{port}/health_generate", 30) == 200
+
+
+def test_what_the_real_sglang_refuses_itself_is_refused_before_anything_stops(real_box):
+    """Our rules pass cpu-dcpq; SGLang's own check (parallel_hook.py), run on the box as the service user in
+    the unit's sandbox, refuses it: the deploy fails with SGLang's words and cpu-b keeps serving untouched."""
+    box, _, port = real_box
+    refused = deploy(real_box, "cpu-dcpq")
+    assert refused.returncode != 0 and refused.changed(box.name) == 0
+    said = "SGLang 0.5.23 refuses layout cpu-dcpq with its own check: ValueError: --dcp-replicate-q-proj requires --dcp-size > 1."
+    assert said in refused.stdout, refused.output[-4000:]
+    assert "cpu-dcpq: ours ok, SGLang refuses  <- disagree: our rules miss this" in refused.stdout
     assert active(box) == ["sglang-tiny-cpu-b.service"]
     assert wait_http(f"http://127.0.0.1:{port}/health_generate", 30) == 200
 

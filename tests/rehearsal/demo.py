@@ -3,8 +3,9 @@ edges are stand-ins (nvidia-smi, NVIDIA's apt repo, the sglang package), showing
 
 preflight -> provision -> deploy ep8 -> deploy again (no change) -> benchmark ep8 -> swap to tp8 ->
 a refused layout (tp2ep4) -> the same layout forced with preflight off: crash diagnosed, tp8 back ->
-status -> the layout search over every declared layout (refusals, one launch each, winners, the
-winner left serving) -> the runs compared side by side.
+preflight on the box, our verdicts beside the installed SGLang's own (one refusal, one rewrite) ->
+a layout only SGLang refuses, refused before anything stops -> status -> the layout search over every
+declared layout (refusals, one launch each, winners, the winner left serving) -> the runs compared.
 
 REHEARSAL_SIMULATION=FILE replaces the simulated box (GPUs, weights, token clocks per layout; the
 stand-in's schema), to check that the search follows the clock, not the layout names.
@@ -17,6 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 from tests.rehearsal import apt_repo, gpu_host, stopping
 from tests.rehearsal import box as boxes
@@ -31,6 +34,16 @@ OFFLINE_PREFLIGHT = {
     "gpu_memory_gib": 94.97,
     "model_config_path": str(gpu_host.KIMI_CONFIG),
     "flag_table_path": str(REPO / "tests" / "data" / "sglang-0.5.23-flags.json"),
+}
+# Two layouts for SGLang's own verdict: one our rules pass and SGLang's argument checks refuse (the stand-in
+# imitates the real parallel_hook.py), one our rules refuse and SGLang would rewrite (ep 4 -> 8 under deepep).
+SGLANG_JUDGED = {
+    "dcpq": {
+        "description": "replicated q projection without decode context parallelism",
+        "tp": 8,
+        "args": {"dcp-replicate-q-proj": True},
+    },
+    "ep4-deepep": {"description": "EP4 with the DeepEP all-to-all", "tp": 8, "ep": 4, "args": {"moe-a2a-backend": "deepep"}},
 }
 
 
@@ -140,6 +153,22 @@ def main() -> int:
             )
             print(error_text(done))
             checks.append(done.returncode != 0 and "Rolled back: sglang-k26-tp8.service is serving again" in done.stdout)
+
+            declared = yaml.safe_load((REPO / "group_vars" / "sglang_servers.yml").read_text())["sglang_layouts"]
+            judged = {"sglang_layouts": {**declared, **SGLANG_JUDGED}}
+            step("preflight on the box, beside the installed SGLang's own checks: ansible-playbook playbooks/preflight.yml")
+            began = time.monotonic()
+            done = run_playbook("playbooks/preflight.yml", inventory, judged)
+            print("\n".join(debug_lines(done, "Preflight | Show SGLang's own verdict beside ours")))
+            print(f"-> {report(done, box.name, began)}")
+            checks.append(done.returncode == 0 and "dcpq: ours ok, SGLang refuses" in done.stdout)
+
+            step("deploy dcpq (our rules pass it, SGLang's own check refuses it; tp8 untouched): ansible-playbook deploy.yml")
+            began = time.monotonic()
+            done = run_playbook("deploy.yml", inventory, judged, "-e", "layout=dcpq")
+            print(error_text(done))
+            print(f"-> {report(done, box.name, began)}")
+            checks.append(done.returncode != 0 and done.changed(box.name) == 0)
 
             done = play("status", "playbooks/status.yml")
             print("\n".join(debug_lines(done, "Status | Report")))

@@ -290,3 +290,36 @@ def test_request_rates_are_bisected_too():
     assert slo.next_probe([*levels, at_rate(4.2, 150)], bounds, resolution=0.1) == 10.1
     assert slo.next_probe([at_rate(4.0, 120), at_rate(4.3, 900)], bounds, resolution=0.1) is None  # within 10% of 4
     assert "R=16/s broke the SLO (ttft_p99)" in slo.stop_reason(levels, knee=0.0, slo=bounds)
+
+
+def test_a_candidate_sglang_refuses_is_refused_with_its_words_and_what_it_rewrites_is_recorded():
+    from benchmarks.search.runner import _entry
+    from sglang_layout.candidates import Candidate
+
+    report = {
+        "sglang_version": "0.5.23",
+        "candidates": [
+            {
+                "name": "dcpq",
+                "accepted": False,
+                "refusal": {"type": "ValueError", "message": "--dcp-replicate-q-proj requires --dcp-size > 1.", "where": ""},
+                "resolved": [],
+            },
+            {
+                "name": "ep4",
+                "accepted": True,
+                "refusal": None,
+                "resolved": [{"field": "ep_size", "parsed": 4, "resolved": 8, "by": "_a2a_ep_size", "declared": True}],
+            },
+        ],
+    }
+    refused = _entry(Candidate("dcpq", "dcpq"), "h1", {"ok": True, "findings": []}, report)
+    assert refused["status"] == "refused"
+    assert refused["reasons"] == [
+        "SGLang 0.5.23's own check refuses it: ValueError: --dcp-replicate-q-proj requires --dcp-size > 1."
+    ]
+    kept = _entry(Candidate("ep4", "ep4"), "h2", {"ok": True, "findings": []}, report)
+    assert kept["status"] == "pending" and kept["sglang"]["resolved"] == ["rewrites ep_size: 4 -> 8 (_a2a_ep_size)"]
+    lines = search_report.sglang_lines({"candidates": [refused, kept]})
+    assert lines[0].startswith("dcpq: SGLang 0.5.23 refuses (ValueError") and "rule for review" in lines[0]
+    assert lines[1:] == ["ep4: SGLang 0.5.23 accepts", "  rewrites ep_size: 4 -> 8 (_a2a_ep_size)"]
