@@ -135,7 +135,8 @@ def _add_search(search: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FLAG=V1,V2",
-        help="server flag values crossed with every layout, e.g. max-running-requests=64,256 (repeatable)",
+        help="server flag values crossed with every layout, e.g. max-running-requests=64,256, or environment "
+        "values as env.VARIABLE=V1,V2, e.g. env.NCCL_P2P_DISABLE=0,1 (repeatable)",
     )
     search.add_argument(
         "--objective",

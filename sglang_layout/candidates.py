@@ -1,7 +1,9 @@
-"""Search candidates: declared layouts crossed with a grid of server flags (pure).
+"""Search candidates: declared layouts crossed with a grid of server flags and environment values (pure).
 
 A candidate is an ordinary layout entry (the declared one with the grid's values merged into its
-args), so every rule of the declaration and of preflight applies to it unchanged. A candidate without
+args, and an `env.NAME` axis's into its env), so every rule of the declaration and of preflight
+applies to it unchanged: an environment value is data, and the variables the declaration refuses
+(CUDA_VISIBLE_DEVICES, LD_PRELOAD, ...) are refused on a grid too. A candidate without
 grid values keeps its layout's name; one with values is named `<layout>-g<hash of the values>`, the
 same for the same values in every search, so its unit and its stored runs are found again.
 """
@@ -21,6 +23,8 @@ from sglang_layout.errors import DeclarationError
 
 GridValue = str | int | float | bool | None
 _FLAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_ENV_AXIS = re.compile(r"env\.[A-Za-z_][A-Za-z0-9_]*")
+ENV_PREFIX = "env."
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 MAX_GRID_VALUES = 64
@@ -61,18 +65,23 @@ def _value(text: str) -> GridValue:
 
 
 def parse_grid(spec: str) -> tuple[str, tuple[GridValue, ...]]:
-    """`max-running-requests=64,256` -> ('max-running-requests', (64, 256))."""
+    """`max-running-requests=64,256` -> ('max-running-requests', (64, 256)); `env.NCCL_P2P_DISABLE=0,1` ->
+    ('env.NCCL_P2P_DISABLE', ('0', '1')): an environment value stays the text it is."""
     name, sep, values = spec.partition("=")
     name = name.strip().removeprefix("--")
-    fix = "write FLAG=V1,V2,... with the flag's name without dashes, e.g. --grid max-running-requests=64,256"
-    if not sep or not _FLAG.fullmatch(name):
-        raise DeclarationError("--grid", spec, "not a flag name followed by '=' and values", fix)
+    fix = (
+        "write FLAG=V1,V2,... with the flag's name without dashes, e.g. --grid max-running-requests=64,256, "
+        "or env.VARIABLE=V1,V2 for the environment, e.g. --grid env.NCCL_P2P_DISABLE=0,1"
+    )
+    environment = name.startswith(ENV_PREFIX)
+    if not sep or not (_ENV_AXIS if environment else _FLAG).fullmatch(name):
+        raise DeclarationError("--grid", spec, "not a flag or env.VARIABLE name followed by '=' and values", fix)
     parts = [part.strip() for part in values.split(",")]
     if any(part == "" for part in parts):
         raise DeclarationError("--grid", spec, "an empty value", fix)
     if len(parts) > MAX_GRID_VALUES:
         raise DeclarationError("--grid", spec, f"more than {MAX_GRID_VALUES} values", "split the search in several")
-    parsed = tuple(_value(part) for part in parts)
+    parsed = tuple(part if environment else _value(part) for part in parts)
     if len(set(map(repr, parsed))) != len(parsed):
         raise DeclarationError("--grid", spec, "a value is given twice", "give each value once")
     return name, parsed
@@ -112,8 +121,14 @@ def expand(
             entry = copy.deepcopy(layouts[layout]) if isinstance(layouts[layout], Mapping) else layouts[layout]
             name = candidate_name(layout, overrides)
             if overrides and isinstance(entry, dict):
-                args = entry.get("args") if isinstance(entry.get("args"), Mapping) else {}
-                entry["args"] = {**args, **overrides}
+                flags_over = {k: v for k, v in overrides.items() if not k.startswith(ENV_PREFIX)}
+                env_over = {k.removeprefix(ENV_PREFIX): v for k, v in overrides.items() if k.startswith(ENV_PREFIX)}
+                if flags_over:
+                    args = entry.get("args") if isinstance(entry.get("args"), Mapping) else {}
+                    entry["args"] = {**args, **flags_over}
+                if env_over:
+                    env = entry.get("env") if isinstance(entry.get("env"), Mapping) else {}
+                    entry["env"] = {**env, **env_over}
                 described = entry.get("description") or layout
                 entry["description"] = f"{described}; search: " + ", ".join(f"{k}={_text(v)}" for k, v in overrides.items())
             if overrides and name in layouts:

@@ -90,6 +90,31 @@ def test_a_grid_flag_that_smuggles_a_reserved_flag_is_refused_by_the_declaration
         parse_layouts({c.name: c.entry for c in candidates})
 
 
+def test_an_environment_axis_goes_into_the_candidates_env_as_text_beside_the_flags():
+    assert parse_grid("env.NCCL_P2P_DISABLE=0,1") == ("env.NCCL_P2P_DISABLE", ("0", "1"))
+    with pytest.raises(DeclarationError, match=re.escape("env.VARIABLE=V1,V2")):
+        parse_grid("env.1BAD=0")
+    layouts = {**LAYOUTS, "ep8": {**LAYOUTS["ep8"], "env": {"NCCL_ALGO": "Ring"}}}
+    grid = [parse_grid("env.NCCL_P2P_DISABLE=0,1"), parse_grid("max-running-requests=64")]
+    candidates = expand(layouts, ["ep8"], grid)
+    assert [c.entry["env"] for c in candidates] == [
+        {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "0"},
+        {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"},
+    ]
+    assert all(c.entry["args"] == {"max-running-requests": 64} for c in candidates)
+    assert candidates[1].label == "ep8 + env.NCCL_P2P_DISABLE=1, max-running-requests=64"
+    assert len({c.name for c in candidates}) == 2
+    parsed = parse_layouts({c.name: c.entry for c in candidates}, common_env={"OMP_NUM_THREADS": "8"})
+    assert parsed[candidates[1].name].env == {"OMP_NUM_THREADS": "8", "NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}
+
+
+@pytest.mark.parametrize(("variable", "said"), [("CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"), ("LD_PRELOAD", "loads code")])
+def test_an_environment_axis_is_held_to_the_declarations_rules(variable, said):
+    candidates = expand(LAYOUTS, ["ep8"], [parse_grid(f"env.{variable}=x")])
+    with pytest.raises(DeclarationError, match=said):
+        parse_layouts({c.name: c.entry for c in candidates})
+
+
 def test_the_declaration_hash_follows_what_decides_the_server():
     shared = {"sglang_common_args": {"context-length": 32768}, "sglang_version": "0.5.23"}
     base = declaration_hash(LAYOUTS["ep8"], shared)
