@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sglang_layout import command, hardening
+from sglang_layout import command, diagnosis, hardening
 from sglang_layout.schema import Layout
 
 # Fields SGLang resolves on every launch that say nothing about the layout (a fresh random seed each time,
@@ -118,10 +118,25 @@ def compare(ours: Mapping[str, Mapping[str, Any]], report: Mapping[str, Any]) ->
     return result
 
 
+def outcome(result: Mapping[str, Any], skipped: str) -> dict[str, Any]:
+    """The module's result -> SGLang's report; or {'failed': why, with systemd's own lines diagnosed} when the
+    transient unit gave no verdict (a sandbox systemd cannot set up, a timeout); or {'skipped': why}."""
+    if result.get("report") is not None:
+        return dict(result["report"])
+    if result.get("failed"):
+        stderr = str(result.get("stderr") or "")
+        found = diagnosis.diagnose(stderr)
+        cause = found.message() if found.cause != diagnosis.UNKNOWN.key else str(result.get("msg") or "no answer")
+        return {"failed": cause}
+    return {"skipped": skipped}
+
+
 def lines(ours: Mapping[str, Mapping[str, Any]], report: Mapping[str, Any], rewrites_shown: int = 8) -> list[str]:
     """The side-by-side verdicts for the output: one line per layout, then SGLang's words under it."""
     if report.get("skipped"):
         return [f"SGLang's own checks: not asked ({report['skipped']}); our rules stand alone."]
+    if report.get("failed"):
+        return ["SGLang's own checks could not run in the units' sandbox:", *str(report["failed"]).splitlines()]
     if report.get("import_error"):
         return [f"SGLang's own checks could not run: {report['import_error']}"]
     version = report.get("sglang_version", "?")
@@ -148,12 +163,22 @@ def disagreement(ours_ok: bool) -> str:
 
 
 def deploy_refusal(layout: str, report: Mapping[str, Any]) -> str:
-    """Why a deploy stops before anything changes, or '' when SGLang accepts the layout."""
+    """Why a deploy stops before anything changes, or '' when SGLang accepts the layout (or was not asked)."""
+    hatch = "(-e sglang_oracle=false deploys without SGLang's checks, for an install that cannot run them.)"
+    if report.get("failed"):
+        return (
+            f"SGLang's own checks for layout {layout} could not run in the unit's sandbox, so the layout would not "
+            f"start either. {report['failed']}\nNothing was changed. {hatch}"
+        )
+    if report.get("import_error"):
+        return (
+            f"SGLang's own checks could not run on the host: {report['import_error']}. Repair the install "
+            f"(playbooks/provision.yml); nothing was changed. {hatch}"
+        )
     candidate = next((c for c in report.get("candidates") or [] if c["name"] == layout), None)
     if candidate is None or candidate["accepted"]:
         return ""
     return (
         f"SGLang {report.get('sglang_version', '')} refuses layout {layout} with its own check: "
-        f"{refusal_text(candidate['refusal'])}. Fix the layout's flags; nothing was changed. "
-        "(-e sglang_oracle=false deploys without SGLang's checks, for an install that cannot run them.)"
+        f"{refusal_text(candidate['refusal'])}. Fix the layout's flags; nothing was changed. {hatch}"
     )

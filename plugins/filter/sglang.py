@@ -45,13 +45,13 @@ def sglang_oracle_lines(verdicts: dict[str, Any], report: dict[str, Any]) -> lis
     return oracle.lines(verdicts or {}, report or {})
 
 
+def sglang_oracle_report(result: dict[str, Any], skipped: str) -> dict[str, Any]:
+    """The sglang_args_verdict task's result -> its report, what kept it from answering, or why it was not asked."""
+    return oracle.outcome(result or {}, skipped)
+
+
 def sglang_oracle_refusal(report: dict[str, Any], layout: str) -> str:
-    """SGLang's report -> why the layout may not be deployed ('' when SGLang accepts it)."""
-    if (report or {}).get("import_error"):
-        return (
-            f"SGLang's own checks could not run on the host: {report['import_error']}. Repair the install "
-            "(playbooks/provision.yml), or deploy without them: -e sglang_oracle=false. Nothing was changed."
-        )
+    """SGLang's report -> why the layout may not be deployed ('' when SGLang accepts it or was not asked)."""
     return oracle.deploy_refusal(layout, report or {})
 
 
@@ -207,6 +207,7 @@ class FilterModule:
             "sglang_flag_table": sglang_flag_table,
             "sglang_oracle_lines": sglang_oracle_lines,
             "sglang_oracle_refusal": sglang_oracle_refusal,
+            "sglang_oracle_report": sglang_oracle_report,
             "sglang_diagnose": sglang_diagnose,
             "sglang_journal_argv": sglang_journal_argv,
             "sglang_local_url": sglang_local_url,

@@ -36,6 +36,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+stderr:
+  description: systemd-run's and the program's standard error, when no verdict came (what diagnoses it).
+  type: str
+  returned: failure
 report:
   description: The program's report (sglang_version, import_s, total_s, max_rss_mib, cuda_initialised, candidates).
   type: dict
@@ -56,8 +60,7 @@ from ansible.module_utils.basic import AnsibleModule
 def systemd_run_argv(request: dict, timeout: int) -> list[str]:
     argv = [
         "systemd-run",
-        "--quiet",
-        "--wait",
+        "--wait",  # not --quiet: systemd's own lines (e.g. status=226/NAMESPACE) say why a sandbox failed
         "--pipe",
         "--collect",
         "--service-type=exec",
@@ -100,7 +103,9 @@ def main() -> None:
     except ValueError:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         module.fail_json(
-            msg=f"SGLang's checks gave no verdict (exit {done.returncode}): {tail or done.stdout[-2000:]}", seconds=seconds
+            msg=f"SGLang's checks gave no verdict (exit {done.returncode}): {tail or done.stdout[-2000:]}",
+            stderr=done.stderr[-8000:],
+            seconds=seconds,
         )
     module.exit_json(changed=False, report=report, seconds=seconds)
 

@@ -142,11 +142,19 @@ def test_a_capability_on_the_short_list_is_granted_and_said_in_preflight_and_sta
 
 
 def test_a_sandbox_systemd_cannot_set_up_is_diagnosed_from_systemds_own_lines(provisioned):
-    """The process dies before SGLang runs, so only systemd's lines about the start say why (status 226)."""
+    """The process dies before SGLang runs, so only systemd's lines about the start say why (status 226). SGLang's
+    own checks run in the same sandbox first, so the deploy stops there and nothing changes; with them off, the
+    launch fails the same way and is rolled back."""
     box = provisioned.box
     deploy(provisioned, "ep8").succeeded()
+    before = main_pid(box, "ep8")
     broken = {"ReadWritePaths": ["/var/lib/sglang", "/srv/not-there"]}
-    failed = deploy(provisioned, "tp8", extra_vars={"sglang_service_hardening": broken})
+    refused = deploy(provisioned, "tp8", extra_vars={"sglang_service_hardening": broken})
+    assert refused.returncode != 0 and refused.changed(box.name) == 0
+    assert "could not run in the unit's sandbox, so the layout would not start either" in refused.stdout, refused.stdout[-3000:]
+    assert "Cause: systemd could not set up the server's process (it never ran)." in refused.stdout
+    assert "status=226/NAMESPACE" in refused.stdout and main_pid(box, "ep8") == before
+    failed = deploy(provisioned, "tp8", "-e", "sglang_oracle=false", extra_vars={"sglang_service_hardening": broken})
     assert failed.returncode != 0
     assert "Cause: systemd could not set up the server's process (it never ran)." in failed.stdout, failed.stdout[-3000:]
     assert "status=226/NAMESPACE" in failed.stdout

@@ -127,6 +127,27 @@ def test_without_an_answer_our_rules_stand_alone_and_say_so():
     assert oracle.lines(OURS, {"import_error": "ImportError: libcuda.so.1"})[0].endswith("ImportError: libcuda.so.1")
 
 
+def test_a_sandbox_systemd_cannot_set_up_is_diagnosed_from_systemds_lines_and_stops_the_deploy():
+    stderr = (
+        "Running as unit: run-u41.service; invocation ID: 5d1c\n"
+        "Finished with result: exit-code\n"
+        "Main processes terminated with: code=exited/status=226/NAMESPACE\n"
+    )
+    report = oracle.outcome({"failed": True, "msg": "SGLang's checks gave no verdict (exit 226)", "stderr": stderr}, "-")
+    assert report["failed"].startswith("Cause: systemd could not set up the server's process (it never ran).")
+    assert "status=226/NAMESPACE" in report["failed"]
+    said = oracle.deploy_refusal("tp8", report)
+    assert said.startswith(
+        "SGLang's own checks for layout tp8 could not run in the unit's sandbox, so the layout would not start"
+    )
+    assert "Nothing was changed." in said and "-e sglang_oracle=false" in said
+    assert oracle.lines(OURS, report)[0] == "SGLang's own checks could not run in the units' sandbox:"
+    # Not asked: the reason; answered: the report itself.
+    assert oracle.outcome({"skipped": True, "changed": False}, "-e sglang_oracle=false") == {"skipped": "-e sglang_oracle=false"}
+    assert oracle.outcome({"report": REPORT, "changed": False}, "-") == REPORT
+    assert oracle.deploy_refusal("tp8", {"skipped": "no host"}) == ""
+
+
 def test_the_module_runs_one_transient_unit_with_the_sandbox_and_no_secret_on_its_command_line():
     spec = importlib.util.spec_from_file_location(
         "sglang_args_verdict_module", REPO / "plugins" / "modules" / "sglang_args_verdict.py"
@@ -135,7 +156,7 @@ def test_the_module_runs_one_transient_unit_with_the_sandbox_and_no_secret_on_it
     spec.loader.exec_module(module)
     asked = build([Layout(name="tp8", tp=8)], gpu_ids=[0, 1])
     argv = module.systemd_run_argv(asked, 300)
-    assert argv[:5] == ["systemd-run", "--quiet", "--wait", "--pipe", "--collect"]
+    assert argv[:4] == ["systemd-run", "--wait", "--pipe", "--collect"]  # not --quiet: systemd's lines diagnose a failure
     assert (
         "--property=User=sglang" in argv and "--property=ProtectSystem=strict" in argv and "--property=RuntimeMaxSec=300" in argv
     )
