@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
+import psutil
 import pytest
 
+from tests.conftest import REPO
 from tests.rehearsal.standin import local_server, stream_chat, wait_http
 
 FAST = {"load_seconds": 0.4, "prefill_ms": 5}
@@ -148,3 +153,26 @@ def test_requests_beyond_max_running_requests_queue(tmp_path):
     waits.sort()
     assert len(waits) == 4
     assert waits[1] < 0.2 and waits[2] > 0.45
+
+
+def test_a_server_dies_with_the_process_that_started_it(tmp_path):
+    """A test process killed before its teardown (pytest-xdist kills a stopped worker after 10 s) leaves no server."""
+    pid_file = tmp_path / "server.pid"
+    script = (
+        "import time; from pathlib import Path; from tests.rehearsal.standin import local_server\n"
+        f"with local_server(Path({str(tmp_path)!r})) as (server, _, _):\n"
+        f"    Path({str(pid_file)!r}).write_text(str(server.pid)); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server = psutil.Process(int(pid_file.read_text()))
+        holder.send_signal(signal.SIGKILL)  # no teardown at all
+        holder.wait(timeout=10)
+        gone, _ = psutil.wait_procs([server], timeout=10)
+        assert gone or server.status() == psutil.STATUS_ZOMBIE, f"the stand-in server {server.pid} outlived its parent"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
