@@ -123,7 +123,7 @@ def outcome(result: Mapping[str, Any], skipped: str) -> dict[str, Any]:
     transient unit gave no verdict (a sandbox systemd cannot set up, a timeout); or {'skipped': why}."""
     if result.get("report") is not None:
         return dict(result["report"])
-    if result.get("failed"):
+    if result.get("msg") and not result.get("skipped"):  # the module failed (the task itself is failed_when: false)
         stderr = str(result.get("stderr") or "")
         found = diagnosis.diagnose(stderr)
         cause = found.message() if found.cause != diagnosis.UNKNOWN.key else str(result.get("msg") or "no answer")

@@ -51,15 +51,17 @@ seconds:
 """
 
 import json
+import os
 import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 
-def systemd_run_argv(request: dict, timeout: int) -> list[str]:
+def systemd_run_argv(request: dict, timeout: int, unit: str) -> list[str]:
     argv = [
         "systemd-run",
+        f"--unit={unit}",
         "--wait",  # not --quiet: systemd's own lines (e.g. status=226/NAMESPACE) say why a sandbox failed
         "--pipe",
         "--collect",
@@ -75,6 +77,21 @@ def systemd_run_argv(request: dict, timeout: int) -> list[str]:
     return [*argv, "--", request["python"], "-", candidates]
 
 
+def journal(unit: str, tries: int = 10) -> str:
+    """The transient unit's own journal lines (systemd's "Failed at step ...", status=226/NAMESPACE): what says why
+    a sandbox could not be set up. journald may write them a moment after systemd-run returns."""
+    text = ""
+    for _ in range(tries):
+        done = subprocess.run(
+            ["journalctl", "-u", unit, "--no-pager", "-o", "cat", "-n", "60"], capture_output=True, text=True, check=False
+        )
+        text = done.stdout
+        if "status=" in text:
+            break
+        time.sleep(0.2)
+    return text
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -85,10 +102,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     request, timeout = module.params["request"], module.params["timeout"]
+    unit = f"sglang-args-verdict-{os.getpid()}-{time.time_ns()}.service"
     started = time.monotonic()
     try:
         done = subprocess.run(
-            systemd_run_argv(request, timeout),
+            systemd_run_argv(request, timeout, unit),
             input=module.params["program"],
             capture_output=True,
             text=True,
@@ -104,7 +122,7 @@ def main() -> None:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         module.fail_json(
             msg=f"SGLang's checks gave no verdict (exit {done.returncode}): {tail or done.stdout[-2000:]}",
-            stderr=done.stderr[-8000:],
+            stderr=done.stderr[-8000:] + "\n" + journal(unit),
             seconds=seconds,
         )
     module.exit_json(changed=False, report=report, seconds=seconds)

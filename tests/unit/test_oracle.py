@@ -128,12 +128,15 @@ def test_without_an_answer_our_rules_stand_alone_and_say_so():
 
 
 def test_a_sandbox_systemd_cannot_set_up_is_diagnosed_from_systemds_lines_and_stops_the_deploy():
-    stderr = (
-        "Running as unit: run-u41.service; invocation ID: 5d1c\n"
+    stderr = (  # systemd-run's own lines, then the transient unit's journal
+        "Running as unit: sglang-args-verdict-7-1.service; invocation ID: 5d1c\n"
         "Finished with result: exit-code\n"
-        "Main processes terminated with: code=exited/status=226/NAMESPACE\n"
+        "Main processes terminated with: code=exited/status=226\n"
+        "sglang-args-verdict-7-1.service: Failed to set up mount namespacing: /srv/not-there: No such file or directory\n"
+        "sglang-args-verdict-7-1.service: Main process exited, code=exited, status=226/NAMESPACE\n"
     )
-    report = oracle.outcome({"failed": True, "msg": "SGLang's checks gave no verdict (exit 226)", "stderr": stderr}, "-")
+    failed = {"failed": False, "failed_when_result": False, "msg": "SGLang's checks gave no verdict (exit 226)", "stderr": stderr}
+    report = oracle.outcome(failed, "-")
     assert report["failed"].startswith("Cause: systemd could not set up the server's process (it never ran).")
     assert "status=226/NAMESPACE" in report["failed"]
     said = oracle.deploy_refusal("tp8", report)
@@ -143,7 +146,8 @@ def test_a_sandbox_systemd_cannot_set_up_is_diagnosed_from_systemds_lines_and_st
     assert "Nothing was changed." in said and "-e sglang_oracle=false" in said
     assert oracle.lines(OURS, report)[0] == "SGLang's own checks could not run in the units' sandbox:"
     # Not asked: the reason; answered: the report itself.
-    assert oracle.outcome({"skipped": True, "changed": False}, "-e sglang_oracle=false") == {"skipped": "-e sglang_oracle=false"}
+    skipped = {"skipped": True, "changed": False, "skip_reason": "Conditional result was False"}
+    assert oracle.outcome(skipped, "-e sglang_oracle=false") == {"skipped": "-e sglang_oracle=false"}
     assert oracle.outcome({"report": REPORT, "changed": False}, "-") == REPORT
     assert oracle.deploy_refusal("tp8", {"skipped": "no host"}) == ""
 
@@ -155,8 +159,8 @@ def test_the_module_runs_one_transient_unit_with_the_sandbox_and_no_secret_on_it
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     asked = build([Layout(name="tp8", tp=8)], gpu_ids=[0, 1])
-    argv = module.systemd_run_argv(asked, 300)
-    assert argv[:4] == ["systemd-run", "--wait", "--pipe", "--collect"]  # not --quiet: systemd's lines diagnose a failure
+    argv = module.systemd_run_argv(asked, 300, "sglang-args-verdict-1-2.service")
+    assert argv[:5] == ["systemd-run", "--unit=sglang-args-verdict-1-2.service", "--wait", "--pipe", "--collect"]
     assert (
         "--property=User=sglang" in argv and "--property=ProtectSystem=strict" in argv and "--property=RuntimeMaxSec=300" in argv
     )
