@@ -159,7 +159,7 @@ def lines(ours: Mapping[str, Mapping[str, Any]], report: Mapping[str, Any], rewr
 def disagreement(ours_ok: bool) -> str:
     if ours_ok:
         return "our rules miss this (rule for review); SGLang's refusal wins at deploy"
-    return "our rule is stricter than SGLang's argument checks (SGLang may still fail at load; rule for review)"
+    return "SGLang's argument checks take it, our rules foresee a failure later, at model init or load (rule for review)"
 
 
 def deploy_refusal(layout: str, report: Mapping[str, Any]) -> str:

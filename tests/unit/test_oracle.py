@@ -110,7 +110,7 @@ def test_both_verdicts_side_by_side_with_each_disagreement_said_and_rewrites_bef
     assert "  dcpq: ours ok, SGLang refuses  <- disagree: our rules miss this (rule for review)" in shown[4]
     where = "[sglang/srt/arg_groups/parallel_hook.py:267: raise ValueError(]"
     assert shown[5] == f"    SGLang: ValueError: --dcp-replicate-q-proj requires --dcp-size > 1. {where}"
-    assert "tp2ep4: ours refused, SGLang accepts  <- disagree: our rule is stricter" in shown[6]
+    assert "tp2ep4: ours refused, SGLang accepts  <- disagree: SGLang's argument checks take it, our rules foresee" in shown[6]
 
 
 def test_a_deploy_is_refused_only_for_what_sglang_refuses_and_says_the_escape_hatch():
