@@ -19,6 +19,7 @@ from sglang_layout.schema import Layout
 # the model path repeated as tokenizer and served name).
 QUIET_FIELDS = frozenset({"random_seed", "tokenizer_path", "served_model_name"})
 SHOWN_CHARS = 120
+WARNINGS_SHOWN = 3
 
 
 def launch_args(argv: Sequence[str]) -> list[str]:
@@ -126,8 +127,9 @@ def outcome(result: Mapping[str, Any], skipped: str) -> dict[str, Any]:
     if result.get("msg") and not result.get("skipped"):  # the module failed (the task itself is failed_when: false)
         stderr = str(result.get("stderr") or "")
         found = diagnosis.diagnose(stderr)
-        cause = found.message() if found.cause != diagnosis.UNKNOWN.key else str(result.get("msg") or "no answer")
-        return {"failed": cause}
+        if found.cause == "setup":
+            return {"failed": found.message(), "sandbox": True}
+        return {"failed": str(result.get("msg") or "no answer"), "sandbox": False}
     return {"skipped": skipped}
 
 
@@ -136,7 +138,8 @@ def lines(ours: Mapping[str, Mapping[str, Any]], report: Mapping[str, Any], rewr
     if report.get("skipped"):
         return [f"SGLang's own checks: not asked ({report['skipped']}); our rules stand alone."]
     if report.get("failed"):
-        return ["SGLang's own checks could not run in the units' sandbox:", *str(report["failed"]).splitlines()]
+        where = "in the units' sandbox" if report.get("sandbox") else "(no verdict)"
+        return [f"SGLang's own checks could not run {where}:", *str(report["failed"]).splitlines()]
     if report.get("import_error"):
         return [f"SGLang's own checks could not run: {report['import_error']}"]
     version = report.get("sglang_version", "?")
@@ -153,6 +156,7 @@ def lines(ours: Mapping[str, Mapping[str, Any]], report: Mapping[str, Any], rewr
         out += [f"    {line}" for line in verdict["rewrites"][:rewrites_shown]]
         if len(verdict["rewrites"]) > rewrites_shown:
             out.append(f"    ... and {len(verdict['rewrites']) - rewrites_shown} more resolved fields")
+        out += [f"    SGLang warns: {shown(warning)}" for warning in verdict["warnings"][:WARNINGS_SHOWN]]
     return out
 
 
@@ -165,11 +169,13 @@ def disagreement(ours_ok: bool) -> str:
 def deploy_refusal(layout: str, report: Mapping[str, Any]) -> str:
     """Why a deploy stops before anything changes, or '' when SGLang accepts the layout (or was not asked)."""
     hatch = "(-e sglang_oracle=false deploys without SGLang's checks, for an install that cannot run them.)"
-    if report.get("failed"):
+    if report.get("failed") and report.get("sandbox"):
         return (
             f"SGLang's own checks for layout {layout} could not run in the unit's sandbox, so the layout would not "
             f"start either. {report['failed']}\nNothing was changed. {hatch}"
         )
+    if report.get("failed"):
+        return f"SGLang's own checks for layout {layout} gave no verdict: {report['failed']}. Nothing was changed. {hatch}"
     if report.get("import_error"):
         return (
             f"SGLang's own checks could not run on the host: {report['import_error']}. Repair the install "

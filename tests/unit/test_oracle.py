@@ -113,6 +113,14 @@ def test_both_verdicts_side_by_side_with_each_disagreement_said_and_rewrites_bef
     assert "tp2ep4: ours refused, SGLang accepts  <- disagree: SGLang's argument checks take it, our rules foresee" in shown[6]
 
 
+def test_sglangs_warnings_are_shown_under_its_verdict():
+    warned = {
+        "sglang_version": "0.5.23",
+        "candidates": [{"name": "eagle", "accepted": True, "resolved": [], "warnings": ["w1", "w2", "w3", "w4"]}],
+    }
+    assert oracle.lines({}, warned)[2:] == ["    SGLang warns: w1", "    SGLang warns: w2", "    SGLang warns: w3"]
+
+
 def test_a_deploy_is_refused_only_for_what_sglang_refuses_and_says_the_escape_hatch():
     assert oracle.deploy_refusal("ep4", REPORT) == "" and oracle.deploy_refusal("absent", REPORT) == ""
     said = oracle.deploy_refusal("dcpq", REPORT)
@@ -150,6 +158,10 @@ def test_a_sandbox_systemd_cannot_set_up_is_diagnosed_from_systemds_lines_and_st
     assert oracle.outcome(skipped, "-e sglang_oracle=false") == {"skipped": "-e sglang_oracle=false"}
     assert oracle.outcome({"report": REPORT, "changed": False}, "-") == REPORT
     assert oracle.deploy_refusal("tp8", {"skipped": "no host"}) == ""
+    # No verdict for another reason (a timeout): said as it is, not blamed on the sandbox.
+    timed_out = oracle.outcome({"msg": "SGLang's checks did not finish within 300 s", "stderr": ""}, "-")
+    assert timed_out == {"failed": "SGLang's checks did not finish within 300 s", "sandbox": False}
+    assert oracle.deploy_refusal("tp8", timed_out).startswith("SGLang's own checks for layout tp8 gave no verdict: SGLang's")
 
 
 def test_the_module_runs_one_transient_unit_with_the_sandbox_and_no_secret_on_its_command_line():
