@@ -47,10 +47,10 @@ class ServerArgs:
             )
         if self._value("dcp_replicate_q_proj") and int(self._value("dcp_size") or 1) <= 1:  # parallel_hook.py:267
             raise ValueError("--dcp-replicate-q-proj requires --dcp-size > 1.")
-        if self._value("moe_a2a_backend") not in (None, "none"):  # moe_hook.py, _a2a_ep_size: the a2a backend spans tp
+        if self._value("moe_a2a_backend") not in (None, "none"):  # overrides.py:1611 _a2a_ep_size (moe_hook.py:293): ep = tp
             self._declare("_a2a_ep_size", ep_size=int(self._value("tp_size") or 1))
-        if self._value("attention_backend") is None:  # attention_hook.py: chosen for the GPU when unset
-            self._declare("_handle_attention_backend", attention_backend="flashinfer")
+        if self._value("attention_backend") is None:  # overrides.py:1127 _attention_backend_default: chosen when unset
+            self._declare("_attention_backend_default", attention_backend="flashinfer")
         algorithm = self._value("speculative_algorithm")
         if self._value("speculative_draft_sink_size") is not None and self._value("speculative_draft_window_size") is None:
             raise ValueError("--speculative-draft-sink-size requires --speculative-draft-window-size.")  # speculative_hook.py:228
