@@ -92,11 +92,17 @@ def _resolved(server_args: object, baseline: object) -> list[dict[str, object]]:
     return changes
 
 
+_BASELINES: dict[tuple[str, ...], object] = {}
+
+
 def _model_only(prepare: object, args: list[str]) -> object:
-    """The command with only its --model-path, parsed: what the fields are when the command says nothing."""
+    """The command with only its --model-path, parsed once per model: what the fields are when the command says nothing."""
     at = args.index("--model-path") if "--model-path" in args else -1
-    with contextlib.redirect_stderr(io.StringIO()):
-        return prepare(args[at : at + 2] if at >= 0 else [])  # type: ignore[operator]
+    model = tuple(args[at : at + 2] if at >= 0 else [])
+    if model not in _BASELINES:
+        with contextlib.redirect_stderr(io.StringIO()):
+            _BASELINES[model] = prepare(list(model))  # type: ignore[operator]
+    return _BASELINES[model]
 
 
 def judge(prepare: object, name: str, args: list[str], env: dict[str, str]) -> dict[str, object]:
