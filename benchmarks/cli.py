@@ -16,7 +16,7 @@ from benchmarks import compare, dataset, harness, repeats, report, results, slo
 from benchmarks.capacity import capacity_sentence, measure_levels
 from benchmarks.endpoint import API_KEY_VARIABLE, EndpointError, check_url, probe
 from benchmarks.inventory import InventoryError, read_inventory
-from benchmarks.search import objectives
+from benchmarks.search import objectives, stages
 from benchmarks.search.runner import SearchOptions, main_search
 from benchmarks.sweep import LOCAL, REPO, SweepResult, parse_loadgen, run_sweep
 from benchmarks.workload import Workload, bounded
@@ -129,14 +129,35 @@ def _add_search(search: argparse.ArgumentParser) -> None:
         "one per host at a time (checked alike first: GPUs, SGLang version, model files)",
     )
     _add_shared(search, slo_help="a latency bound, e.g. tpot_p99=50 (repeatable): levels stop when it breaks; capacity uses it")
-    search.add_argument("--layouts", default="all", help="declared layouts to try, comma-separated (default: all)")
+    search.add_argument(
+        "--layouts",
+        default="all",
+        help="declared layouts to try, comma-separated (default: all); `auto` adds every parallel shape the host's "
+        "GPUs allow (tp, ep dividing tp, pp, dp, attention dp where the model takes it), named like tp8-ep4",
+    )
+    search.add_argument(
+        "--dry-run", action="store_true", help="judge every candidate and say what would launch; launch nothing, write nothing"
+    )
     search.add_argument(
         "--grid",
         action="append",
         default=[],
         metavar="FLAG=V1,V2",
-        help="server flag values crossed with every layout, e.g. max-running-requests=64,256, or environment "
-        "values as env.VARIABLE=V1,V2, e.g. env.NCCL_P2P_DISABLE=0,1 (repeatable)",
+        help="server flag values to try on the layouts, e.g. max-running-requests=64,256, or environment "
+        "values as env.VARIABLE=V1,V2, e.g. env.NCCL_P2P_DISABLE=0,1 (repeatable; see --strategy)",
+    )
+    search.add_argument(
+        "--strategy",
+        choices=list(stages.STRATEGIES),
+        default="",
+        help="with a grid: staged (the default) ranks the layouts, varies each axis one value at a time on the best "
+        "--top, then tries the best values together; grid launches every layout with every combination",
+    )
+    search.add_argument(
+        "--top",
+        type=bounded(1, 64),
+        default=2,
+        help="the staged search varies the axes on this many of the best layouts for --objective (default 2)",
     )
     search.add_argument(
         "--objective",

@@ -94,6 +94,14 @@ def candidate_name(layout: str, overrides: Mapping[str, GridValue]) -> str:
     return f"{layout}-g{digest}"
 
 
+def distinct_axes(grid: Sequence[tuple[str, tuple[GridValue, ...]]]) -> list[str]:
+    """The grid's axes, each given once (else the error naming them)."""
+    flags = [name for name, _ in grid]
+    if len(set(flags)) != len(flags):
+        raise DeclarationError("--grid", ", ".join(flags), "a flag is given twice", "put all its values in one --grid")
+    return flags
+
+
 def expand(
     layouts: Mapping[str, Any], chosen: Sequence[str] | None, grid: Sequence[tuple[str, tuple[GridValue, ...]]]
 ) -> list[Candidate]:
@@ -104,9 +112,7 @@ def expand(
         raise DeclarationError(
             "--layouts", ",".join(unknown), "not declared", f"choose from sglang_layouts: {', '.join(layouts) or 'none'}"
         )
-    flags = [name for name, _ in grid]
-    if len(set(flags)) != len(flags):
-        raise DeclarationError("--grid", ", ".join(flags), "a flag is given twice", "put all its values in one --grid")
+    flags = distinct_axes(grid)
     combos = [dict(zip(flags, values, strict=True)) for values in itertools.product(*(values for _, values in grid))]
     if len(names) * len(combos) > MAX_CANDIDATES:
         raise DeclarationError(

@@ -4,8 +4,12 @@ A test marked `alone` compares measured times with a stand-in's clock to 1-2%; o
 another worker's playbooks would make those figures the machine's load, not the client's. Every test
 holds a shared turn while it runs (fixtures included); an `alone` test takes the exclusive turn for its
 call (its module fixtures are set up under the shared one) and keeps it while its worker's next test is
-`alone` too. A fixture that measures takes it with `exclusive_turn()`. A gate lets an exclusive waiter
-in next, so that the other worker's stream of short tests cannot starve it. Outside xdist nothing locks.
+`alone` too. A fixture that measures takes it with `exclusive_turn()`. A test whose child process
+measures now and then (a search: deploy, measure, deploy...) hands its turn to the child
+(`handed_to_child()`), which takes the exclusive turn around each measurement only
+(tests/rehearsal/measured_alone.py); its module carries the `alone_inside` mark, so that it runs with the
+`alone` modules, late. A gate lets an exclusive waiter in next, so that the other worker's stream of short
+tests cannot starve it. Outside xdist nothing locks.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 MARK = "alone"
+INSIDE_MARK = "alone_inside"
 
 
 def lock_folder(run_id: str) -> Path:
@@ -82,3 +87,19 @@ def exclusive_turn() -> Iterator[None]:
         yield
     finally:
         held.take(exclusive=False)
+
+
+@contextlib.contextmanager
+def handed_to_child() -> Iterator[None]:
+    """Within a test: this worker's turn let go while a child process holds its own (a lock held here would
+    keep the child's exclusive turn waiting on its own parent), then taken back as it was."""
+    held = lock()
+    if held is None or held.held is None:
+        yield
+        return
+    mode = held.held
+    held.release()
+    try:
+        yield
+    finally:
+        held.take(exclusive=mode == fcntl.LOCK_EX)

@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif integration in item.path.parents:
             item.add_marker(pytest.mark.servers)
     real_modules = sorted({item.path for item in items if real_tier in item.path.parents})
-    measuring = {item.path for item in items if _alone(item)}
+    measuring = {item.path for item in items if _alone(item) or item.get_closest_marker(alone.INSIDE_MARK)}
     items.sort(key=lambda item: (not real_modules or item.path != real_modules[0], item.path in measuring))  # stable
 
 

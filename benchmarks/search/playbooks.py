@@ -77,6 +77,8 @@ class PreflightResult:
     identity: dict[str, str] | None = None
     # The installed SGLang's own verdict on every candidate (sglang_args_verdict's report; {} when not asked).
     sglang: dict[str, Any] | None = None
+    # The host's GPU count and whether its model takes attention data parallelism (for --layouts auto).
+    host_shape: dict[str, Any] | None = None
 
 
 def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str = "") -> PreflightResult:
@@ -94,6 +96,7 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str 
         res = data.get("res", {})
         if str(data.get("task_action", "")).endswith("sglang_preflight"):
             found["verdicts"] = res.get("verdicts", {})
+            found["host_shape"] = res.get("host_shape") or {}
         if str(data.get("task_action", "")).endswith("sglang_args_verdict"):
             found["sglang"] = res.get("report") or {}
         facts = res.get("ansible_facts") or {}
@@ -109,7 +112,9 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str 
     if "verdicts" not in found:
         raise PlaybookError(f"preflight on {host} did not run: {_failure(events, f'the playbook ended {runner.status}')}")
     identity = _identity(found.get("local") or {}, checksums, version)
-    return PreflightResult(found["verdicts"], found.get("serving", ""), identity, found.get("sglang") or {})
+    return PreflightResult(
+        found["verdicts"], found.get("serving", ""), identity, found.get("sglang") or {}, found.get("host_shape") or {}
+    )
 
 
 def _identity(local: dict[str, Any], checksums: dict[str, str], version: str) -> dict[str, str]:

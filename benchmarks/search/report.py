@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.search import objectives
+from benchmarks.search import objectives, stages
 from sglang_layout import tables
 
 HEADER = (
@@ -29,11 +29,14 @@ HEADER = (
 
 
 def _note(entry: dict[str, Any], width: int) -> str:
-    if entry["status"] == "refused":
-        return _cut("refused: " + "; ".join(entry.get("reasons") or []), width)
+    stage = f"stage {entry['stage']}: " if entry.get("stage") else ""
+    if entry["status"] in ("refused", "skipped"):
+        return _cut(stage + f"{entry['status']}: " + "; ".join(entry.get("reasons") or []), width)
     if entry.get("error"):
-        return _cut(str(entry["error"]).splitlines()[0], width)
-    return (entry.get("stopped") or "") + (" (kept from an earlier run)" if entry.get("kept_from_earlier_run") else "")
+        return _cut(stage + str(entry["error"]).splitlines()[0], width)
+    kept = "" if entry.get("kept", True) else f"; {entry.get('kept_why') or 'not kept'}"
+    earlier = " (kept from an earlier run)" if entry.get("kept_from_earlier_run") else ""
+    return _cut(stage + (entry.get("stopped") or "") + kept + earlier, width)
 
 
 def _cut(text: str, width: int) -> str:
@@ -83,7 +86,7 @@ def winner_entry(state: dict[str, Any], entries: dict[str, Any]) -> str:
 def economy(state: dict[str, Any]) -> str:
     """What the search spent and saved: launches, levels, wall time, its own overhead per candidate."""
     entries = state["candidates"]
-    launched = [e for e in entries if e["status"] not in ("refused", "pending")]
+    launched = [e for e in entries if e["status"] not in ("refused", "pending", "skipped")]
     refused = sum(1 for e in entries if e["status"] == "refused")
     ran = sum(len(e.get("levels_run") or []) for e in launched)
     planned = len(state["workload"]["levels"]) * len(launched)
@@ -92,6 +95,8 @@ def economy(state: dict[str, Any]) -> str:
         f"{len(launched)} launched, {refused} refused by preflight (never launched)",
         f"{ran} of {planned} levels measured (the rest skipped past the knee or the SLO)",
     ]
+    if state.get("strategy") == "staged":
+        parts.append(f"staged: {len(launched)} launches where the full grid has {state.get('full_grid', '?')} candidates")
     if state.get("wall_s"):
         parts.append(f"wall time {state['wall_s']:.0f} s")
     if overheads:
@@ -115,8 +120,44 @@ def sglang_lines(state: dict[str, Any], per_candidate: int = 6) -> list[str]:
     return out
 
 
+EFFECT_HEADER = ("candidate", "layout", "values", "stage")
+
+
+def _objectives(state: dict[str, Any]) -> list[str]:
+    asked = {"capacity": bool(state.get("slo")), "goodput": bool(state["workload"].get("goodput"))}
+    return [objective for objective in objectives.OBJECTIVES if asked.get(objective, True)]
+
+
+def _change(figure: dict[str, Any]) -> str:
+    if figure["change"] is None:
+        return "-"
+    intervals = figure.get("intervals") or [None, None]
+    said = f"{100 * figure['change']:+.1f}%"
+    return said + (" (intervals overlap)" if all(intervals) and not _apart(intervals) else "")
+
+
+def _apart(intervals: list[Any]) -> bool:
+    (low_a, high_a), (low_b, high_b) = intervals
+    return low_a > high_b or low_b > high_a
+
+
+def effect_rows(state: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """What each knob did: each candidate with values against the same layout's base, per objective."""
+    wanted = _objectives(state)
+    header = [*EFFECT_HEADER, *(f"{objective} change" for objective in wanted), "kept"]
+    out = []
+    for row in stages.effects(state["candidates"], wanted):
+        values = ", ".join(f"{axis}={value}" for axis, value in row["values"].items())
+        changes = [_change(row["objectives"][objective]) for objective in wanted]
+        out.append([row["name"], row["layout"], values, str(row["stage"] or "-"), *changes, "yes" if row["kept"] else "no"])
+    return header, out
+
+
 def text(state: dict[str, Any], entries: dict[str, Any]) -> str:
     lines = [f"\nsearch {state['id']} on {state['host']}", tables.text_table(HEADER, rows(state, note_width=70)), economy(state)]
+    header, effect = effect_rows(state)
+    if effect:
+        lines += ["", "what each knob did (against the same layout on its declared flags):", tables.text_table(header, effect)]
     if said := sglang_lines(state, per_candidate=3):
         lines += ["", "what the installed SGLang will really run (its own checks, before any launch):", *said]
     winners = state.get("winners") or {}
@@ -146,6 +187,10 @@ def markdown(state: dict[str, Any], entries: dict[str, Any], plot: Path | None) 
         "## Winners\n",
     ]
     parts += [f"- {winners[o]['sentence']}" for o in objectives.OBJECTIVES if o in winners]
+    header, effect = effect_rows(state)
+    if effect:
+        parts += ["", "## What each knob did\n", "Against the same layout on its declared flags and environment.\n"]
+        parts.append(tables.markdown_table(header, effect))
     if said := sglang_lines(state):
         parts += ["", "## What the installed SGLang will really run\n", "```text", *said, "```"]
     entry = winner_entry(state, entries)
@@ -166,7 +211,9 @@ def plot(state: dict[str, Any], path: Path) -> Path | None:
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    figure, (curves, trade, loads) = plt.subplots(1, 3, figsize=(17, 5))
+    effect = stages.effects(state["candidates"], ["c1", "peak"])
+    figure, panels = plt.subplots(1, 4 if effect else 3, figsize=(23 if effect else 17, 5))
+    curves, trade, loads = panels[:3]
     points = []
     for entry in measured:
         cs, agg, per = zip(*entry["curve"], strict=True)
@@ -185,12 +232,26 @@ def plot(state: dict[str, Any], path: Path) -> Path | None:
     for axes in (curves, trade):
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=8)
+    if effect:
+        _plot_effects(panels[3], effect)
     figure.tight_layout()
     partial = path.with_name(f".partial-{path.name}")
     figure.savefig(partial, dpi=100, format="png")
     plt.close(figure)
     os.replace(partial, path)
     return path
+
+
+def _plot_effects(axes: Any, effect: list[dict[str, Any]]) -> None:
+    """Each knob's change in tok/s at C=1 and at peak against its layout's base, as bars."""
+    labels = [f"{row['layout']} " + ", ".join(f"{k}={v}" for k, v in row["values"].items()) for row in effect]
+    for offset, objective in ((-0.2, "c1"), (0.2, "peak")):
+        changes = [100 * (row["objectives"][objective]["change"] or 0.0) for row in effect]
+        axes.barh([i + offset for i in range(len(effect))], changes, height=0.4, label=objective)
+    axes.set_yticks(range(len(effect)), labels, fontsize=7)
+    axes.axvline(0, color="black", linewidth=0.8)
+    axes.set(xlabel="% against the same layout's base", title="what each knob did")
+    axes.legend(fontsize=8)
 
 
 def write(state: dict[str, Any], manifest_path: Path, entries: dict[str, Any]) -> dict[str, Path]:

@@ -17,11 +17,11 @@ from typing import Any
 from benchmarks import results, slo
 from benchmarks.capacity import measure_levels
 from benchmarks.inventory import Inventory, InventoryError, read_inventory
-from benchmarks.search import manifest, objectives, playbooks
+from benchmarks.search import manifest, objectives, playbooks, stages
 from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
 from benchmarks.workload import Workload
-from sglang_layout import nodes, oracle
+from sglang_layout import nodes, oracle, shapes
 from sglang_layout.candidates import Candidate, declaration_hash, expand
 from sglang_layout.errors import DeclarationError
 from sglang_layout.schema import parse_layouts
@@ -35,6 +35,8 @@ class SearchOptions:
     results_dir: Path
     layouts: list[str] | None = None  # None: every declared layout
     grid: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    strategy: str = ""  # staged or grid; "": staged when a grid is given (benchmarks/search/stages.py)
+    top: int = 2  # the staged search varies the axes on this many of the best layouts
     objective: str = "peak"
     slo: list[slo.Bound] = field(default_factory=list)
     knee: float = 0.05
@@ -46,6 +48,7 @@ class SearchOptions:
     loadgen: str = "localhost"
     api_key: str = ""
     quiet: bool = False
+    dry_run: bool = False  # plan and judge every candidate, launch none, write nothing
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace, *, grid: list[tuple[str, tuple[Any, ...]]], api_key: str) -> SearchOptions:
@@ -58,6 +61,10 @@ class SearchOptions:
     @property
     def hosts(self) -> list[str]:
         return self.server_host.split(",")
+
+    @property
+    def staged(self) -> bool:
+        return stages.strategy_for(self.strategy, self.grid) == "staged" and bool(self.grid)
 
     @property
     def label(self) -> str:
@@ -157,6 +164,16 @@ class _Plan:
     identifier: str
     path: Path  # the manifest
     previous: dict[str, Any] | None  # the manifest of an earlier run of the same search
+    stage_of: dict[str, int] = field(default_factory=dict)  # candidate name -> its stage (a staged search)
+
+    def add(self, candidates: list[Candidate], stage: int) -> None:
+        """Stage 3's candidates, once stage 2's scores are known."""
+        shared = {key: self.declaration.get(key) for key in playbooks.SHARED_KEYS}
+        for candidate in candidates:
+            self.candidates.append(candidate)
+            self.entries[candidate.name] = candidate.entry
+            self.digests[candidate.name] = declaration_hash(candidate.entry, shared)
+            self.stage_of[candidate.name] = stage
 
     @property
     def layouts_for_deploy(self) -> dict[str, Any]:
@@ -172,9 +189,16 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     say(f"search {plan.identifier} on {options.label}: {len(plan.candidates)} candidates ({names})")
     checks = _preflight(options, plan, say, note)
     state = _initial_state(options, plan, checks)
+    if options.dry_run:
+        todo = _announce(state, options, say)
+        say(_dry_run_text(state, todo, options))
+        return 0
     manifest.save(state, plan.path)
     todo = _announce(state, options, say)
-    interrupted = _launch_all(_Launcher(options, plan, state, todo, say, note), options, todo)
+    launcher = _Launcher(options, plan, state, todo, say, note)
+    interrupted = _launch_all(launcher, options, todo)
+    if options.staged and not interrupted:
+        interrupted = _later_stages(launcher, say)
     state["winners"] = _winners(state, options)
     if interrupted:
         manifest.save(state, plan.path)
@@ -196,7 +220,23 @@ def _plan(options: SearchOptions) -> _Plan:
         inventory = read_inventory(options.inventory)
         inventory.require(options.hosts, options.inventory, "--server-host")
         declaration = inventory.declaration(options.hosts[0], options.inventory)
-        candidates = expand(declaration["sglang_layouts"], options.layouts, options.grid)
+        chosen = options.layouts
+        if chosen and shapes.AUTO in chosen:
+            shape = _host_shape(options, declaration)
+            layouts, chosen = shapes.with_auto(
+                declaration["sglang_layouts"],
+                chosen,
+                int(shape.get("gpu_count") or 0),
+                attention_dp=bool(shape.get("attention_dp")),
+            )
+            declaration = {**declaration, "sglang_layouts": layouts}
+        stage_of: dict[str, int] = {}
+        if options.staged:
+            bases, singles = stages.first_stages(declaration["sglang_layouts"], chosen, options.grid)
+            candidates = bases + singles
+            stage_of = {c.name: 1 for c in bases} | {c.name: 2 for c in singles}
+        else:
+            candidates = expand(declaration["sglang_layouts"], chosen, options.grid)
     except (InventoryError, DeclarationError) as exc:
         raise SearchError(str(exc)) from exc
     entries = {c.name: c.entry for c in candidates}
@@ -214,6 +254,8 @@ def _plan(options: SearchOptions) -> _Plan:
         "slo": [vars(b) for b in options.slo],
         "max_probes": options.max_probes,
         "resolution": options.resolution,
+        # Only a staged search says so: the ids of the searches stored before stages existed stay the same.
+        **({"strategy": "staged", "top": options.top} if options.staged else {}),
     }
     host = options.label
     identifier = options.resume or manifest.search_id(host, [digests[c.name] for c in candidates], identity)
@@ -232,7 +274,21 @@ def _plan(options: SearchOptions) -> _Plan:
         raise SearchError(
             f"--resume {identifier}: that search measured another workload, knee or SLO; give the same options, or drop --resume"
         )
-    return _Plan(inventory, declaration, candidates, entries, digests, workload, identifier, path, previous)
+    return _Plan(inventory, declaration, candidates, entries, digests, workload, identifier, path, previous, stage_of)
+
+
+def _host_shape(options: SearchOptions, declaration: dict[str, Any]) -> dict[str, Any]:
+    """The host's GPU count and whether its model takes attention DP, from a preflight of the declared layouts."""
+    version = str(declaration.get("sglang_version") or "")
+    try:
+        checked = playbooks.preflight(options.inventory, options.hosts[0], declaration["sglang_layouts"], version)
+    except playbooks.PlaybookError as exc:
+        raise SearchError(str(exc)) from exc
+    if not (checked.host_shape or {}).get("gpu_count"):
+        raise SearchError(
+            f"--layouts auto: {options.hosts[0]} has no recorded GPU count; run provision.yml (it records the GPUs) first"
+        )
+    return checked.host_shape or {}
 
 
 def _preflight(
@@ -273,29 +329,42 @@ def _initial_state(options: SearchOptions, plan: _Plan, checks: dict[str, playbo
     if len(checks) > 1:
         state["hosts"] = options.hosts
         state["original_layouts"] = previous.get("original_layouts") or {n: c.serving for n, c in checks.items()}
-    for candidate in plan.candidates:
-        digest = plan.digests[candidate.name]
-        entry = _entry(candidate, digest, checked.verdicts.get(candidate.name), checked.sglang)
-        try:
-            span = nodes.layout_span(plan.layouts_for_deploy, candidate.name, plan.inventory.groups, options.hosts[0])
-        except DeclarationError as exc:  # e.g. its nodes group is not in the inventory
-            span = []
-            entry.update(status="refused", reasons=[str(exc)])
-        if len(span) > 1 and entry["status"] != "refused":
-            if missing := [h for h in span if h not in options.hosts]:
-                entry.update(status="refused", reasons=[_span_refusal(candidate.name, span, missing)])
-            else:
-                entry["nodes"] = span  # launched after the one-box candidates, on all its nodes at once
-        if entry["status"] != "refused" and (kept := manifest.kept(plan.previous, candidate.name, digest)):
-            entry = {**kept, "kept_from_earlier_run": True}
-        state["candidates"].append(entry)
+    if options.staged:
+        layouts = options.layouts or list(plan.declaration["sglang_layouts"])
+        state.update(strategy="staged", top=options.top, full_grid=stages.full_grid_size(len(layouts), options.grid))
+    state["candidates"] = [_state_entry(candidate, options, plan, checked) for candidate in plan.candidates]
+    refused = {e["layout"] for e in state["candidates"] if e.get("stage") == 1 and e["status"] == "refused"}
+    for entry in state["candidates"]:  # a refused layout's knobs would be refused for the same reason: said once
+        if entry.get("stage") == 2 and entry["layout"] in refused:
+            entry.update(status="skipped", reasons=[f"its layout {entry['layout']} is refused"])
     return state
+
+
+def _state_entry(candidate: Candidate, options: SearchOptions, plan: _Plan, checked: playbooks.PreflightResult) -> dict[str, Any]:
+    """One candidate's manifest entry before launch: refused (with why), kept from an earlier run, or pending."""
+    digest = plan.digests[candidate.name]
+    entry = _entry(candidate, digest, checked.verdicts.get(candidate.name), checked.sglang)
+    if candidate.name in plan.stage_of:
+        entry["stage"] = plan.stage_of[candidate.name]
+    try:
+        span = nodes.layout_span(plan.layouts_for_deploy, candidate.name, plan.inventory.groups, options.hosts[0])
+    except DeclarationError as exc:  # e.g. its nodes group is not in the inventory
+        span = []
+        entry.update(status="refused", reasons=[str(exc)])
+    if len(span) > 1 and entry["status"] != "refused":
+        if missing := [h for h in span if h not in options.hosts]:
+            entry.update(status="refused", reasons=[_span_refusal(candidate.name, span, missing)])
+        else:
+            entry["nodes"] = span  # launched after the one-box candidates, on all its nodes at once
+    if entry["status"] != "refused" and (kept := manifest.kept(plan.previous, candidate.name, digest)):
+        entry = {**kept, "kept_from_earlier_run": True}
+    return entry
 
 
 def _announce(state: dict[str, Any], options: SearchOptions, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """The refusals, what is left to launch and an estimate of the time; the candidates to launch."""
     refused = [e for e in state["candidates"] if e["status"] == "refused"]
-    todo = [e for e in state["candidates"] if e["status"] == "pending"]
+    todo = [e for e in state["candidates"] if e["status"] == "pending" and e.get("stage", 1) == 1]
     for entry in refused:
         reasons = "; ".join(entry["reasons"])
         say(f"  refused, never launched: {reasons if reasons.startswith(entry['name']) else entry['name'] + ': ' + reasons}")
@@ -306,6 +375,13 @@ def _announce(state: dict[str, Any], options: SearchOptions, say: Callable[[str]
         + f"; levels {','.join(map(str, options.workload.levels))} until the knee ({100 * options.knee:.0f}%)"
         + ("" if not options.slo else f" or the SLO ({', '.join(f'{b.name}<={b.limit_ms:g} ms' for b in options.slo)})")
     )
+    if options.staged:
+        later = sum(1 for e in state["candidates"] if e.get("stage") == 2 and e["status"] == "pending")
+        say(
+            f"staged: stage 1 {stages.STAGE_NAMES[1]} ({len(todo)} to launch), then stage 2 {stages.STAGE_NAMES[2]} on the"
+            f" best {options.top} for {options.objective} (up to {later}), then stage 3 {stages.STAGE_NAMES[3]};"
+            f" the full grid would be {state['full_grid']} candidates"
+        )
     earlier = manifest.earlier_durations(options.results_dir, options.label)
     if todo and earlier:
         estimate = _minutes(sum(earlier) / len(earlier) * len(todo))
@@ -413,6 +489,79 @@ def _launch_all(launch: _Launcher, options: SearchOptions, todo: list[dict[str, 
         if interrupted:
             break
     return interrupted
+
+
+def _dry_run_text(state: dict[str, Any], todo: list[dict[str, Any]], options: SearchOptions) -> str:
+    """What a search would launch, each candidate once, and what it would vary later; nothing was written."""
+    lines = [f"dry run: would launch {len(todo)} candidate(s), in this order:"]
+    lines += [f"  {e['name']} ({e['label']})" for e in todo]
+    later = [e for e in state["candidates"] if e.get("stage") == 2 and e["status"] == "pending"]
+    if later:
+        lines.append(
+            f"then stage 2 on the best {options.top} of them for {options.objective}, one value at a time:"
+            f" {len({e['label'] for e in later})} candidate(s) passed preflight"
+        )
+    lines.append("nothing launched, nothing written (drop --dry-run to search)")
+    return "\n".join(lines)
+
+
+def _ranking_objective(state: dict[str, Any], objective: str) -> str:
+    """The search's objective, or peak where no stage-1 candidate gave that figure (capacity without an SLO)."""
+    given = any((e.get("scores") or {}).get(objective) for e in state["candidates"] if e.get("stage") == 1)
+    return objective if given else "peak"
+
+
+def _later_stages(launcher: _Launcher, say: Callable[[str], None]) -> bool:
+    """Stages 2 and 3 of a staged search, from stage 1's scores (benchmarks/search/stages.py). True if interrupted."""
+    options, plan, state = launcher.options, launcher.plan, launcher.state
+    objective = _ranking_objective(state, options.objective)
+    top = stages.top_layouts(state["candidates"], objective, options.top)
+    state["top_layouts"] = top
+    say(f"stage 2 ({stages.STAGE_NAMES[2]}) on the best {options.top} for {objective}: {', '.join(top) or 'none measured'}")
+    todo = []
+    refused = {e["layout"] for e in state["candidates"] if e.get("stage") == 1 and e["status"] == "refused"}
+    for entry in state["candidates"]:
+        if entry.get("stage") != 2 or entry["status"] not in ("pending", "skipped") or entry["layout"] in refused:
+            continue
+        if entry["layout"] in top:
+            entry.update(status="pending", reasons=[])
+            todo.append(entry)
+        else:
+            ranked = f"stage 2 varies the best {options.top} layouts for {objective} only ({', '.join(top) or 'none'})"
+            entry.update(status="skipped", reasons=[ranked])
+    launcher.save()
+    launcher.todo = todo
+    if _launch_all(launcher, options, todo):
+        return True
+    combined = stages.third_stage(plan.declaration["sglang_layouts"], state["candidates"], top, objective, options.clear_margin)
+    if not combined:
+        say(f"stage 3 ({stages.STAGE_NAMES[3]}): no layout gained clearly on two axes or more; nothing to combine")
+        return False
+    known = {e["name"] for e in state["candidates"]}
+    combined = [c for c in combined if c.name not in known]
+    if combined:
+        entries = {c.name: c.entry for c in combined}
+        _validate(entries, plan.declaration)
+        plan.add(combined, stage=3)
+        launcher.by_name.update({c.name: c for c in combined})
+        version = str(plan.declaration.get("sglang_version") or "")
+        try:
+            checked = playbooks.preflight(options.inventory, options.hosts[0], entries, version)
+        except playbooks.PlaybookError as exc:
+            raise SearchError(str(exc)) from exc
+        state["candidates"] += [_state_entry(c, options, plan, checked) for c in combined]
+    third = [e for e in state["candidates"] if e.get("stage") == 3]
+    say(f"stage 3 ({stages.STAGE_NAMES[3]}): " + "; ".join(f"{e['name']} ({e['label']})" for e in third))
+    launcher.todo = [e for e in third if e["status"] == "pending"]
+    if _launch_all(launcher, options, launcher.todo):
+        return True
+    for entry in third:
+        if entry["status"] == "measured":
+            kept = stages.keep_combination(state["candidates"], entry, objective, options.clear_margin)
+            entry["kept"], entry["kept_why"] = kept
+            say(f"  {entry['name']}: {entry['kept_why']}")
+    launcher.save()
+    return False
 
 
 def _span_refusal(name: str, span: list[str], missing: list[str]) -> str:
@@ -544,7 +693,10 @@ def _curve(levels: list[dict[str, Any]]) -> list[list[float]]:
 
 
 def _winners(state: dict[str, Any], options: SearchOptions) -> dict[str, Any]:
-    measured = {e["name"]: e.get("scores") or {} for e in state["candidates"] if e["status"] == "measured"}
+    # A stage-3 combination that did not clearly beat its parts is not a winner (benchmarks/search/stages.py).
+    measured = {
+        e["name"]: e.get("scores") or {} for e in state["candidates"] if e["status"] == "measured" and e.get("kept", True)
+    }
     found = {}
     for objective in objectives.OBJECTIVES:
         best = objectives.winner(measured, objective, clear_margin=options.clear_margin)

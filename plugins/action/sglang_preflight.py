@@ -20,7 +20,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
 from sglang_layout import defaults, oracle, report
 from sglang_layout.command import SECRETS_FILE_IN_UNIT
 from sglang_layout.hardening import parse_overrides
-from sglang_layout.model_size import ModelConfigError
+from sglang_layout.model_size import ModelConfigError, text_config
 from sglang_layout.preflight import Facts, check_all
 from sglang_layout.schema import DeclarationError, select_layout
 from sglang_layout.sources import DECLARATION_ARGUMENTS, declaration_from_task, gpu_count, gpu_memory_gib, read_model
@@ -103,6 +103,9 @@ class ActionModule(ActionBase):
             table=report.format_table(verdicts).splitlines(),
             reasons=report.format_reasons(verdicts).splitlines(),
             verdicts={v.layout.name: v.to_dict() for v in verdicts},
+            # What `--layouts auto` needs from the host: its GPUs, and whether the model's attention (MLA)
+            # can be split by attention data parallelism (sglang_layout.shapes).
+            host_shape={"gpu_count": facts.gpu_count, "attention_dp": bool(config and text_config(config).get("kv_lora_rank"))},
         )
         if oracle_request is not None:
             result["oracle_request"] = oracle_request

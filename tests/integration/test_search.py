@@ -2,7 +2,9 @@
 
 The simulated box follows the field notes' table (tests/rehearsal/gpu_host.py): the search must refuse
 TP4 EP2 and TP2 EP4 without launching them, find EP8 best at C=1 and EP4 best at peak, leave the winner
-serving, and survive a controller killed mid-search without measuring a candidate twice.
+serving, and survive a controller killed mid-search without measuring a candidate twice. The box has two
+knobs that pay (a flag, at every concurrency; an environment value, only above C=16): the staged search
+varies them on EP4, finds both and keeps them together only because together they clearly win.
 """
 
 from __future__ import annotations
@@ -13,14 +15,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.alone import exclusive_turn
+from benchmarks.search import stages
+from sglang_layout import candidates
+from tests.alone import handed_to_child
 from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.gpu_host import GPU_HOST, true_aggregate_tok_s, true_decode_tok_s
+
+# Its searches measure under the exclusive turn, their deploys beside the other worker (tests/alone.py).
+pytestmark = pytest.mark.alone_inside
 
 WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0")
 # The knee at 25%: with 32-token requests each user's turnaround holds C=16 under the roofline by 5-15%
 # (more on a slower machine), which C=64's queue fills; a layout with room left gains 50% or more.
-SEARCHED = ("--levels", "1,16,64", "--knee", "0.25")
+# Staged on the best layout for peak: one flag axis, one environment axis (GPU_HOST's "effects").
+KNOBS = {"num-continuous-decode-steps": 4, "env.NCCL_P2P_DISABLE": "1"}
+SEARCHED = (
+    *("--levels", "1,16,64", "--knee", "0.25", "--top", "1"),
+    *("--grid", "num-continuous-decode-steps=4", "--grid", "env.NCCL_P2P_DISABLE=0,1"),
+)
 KEYS = {
     "tp8": "tp8-ep1-pp1-dp1",
     "pp8": "tp1-ep1-pp8-dp1",
@@ -41,8 +53,12 @@ def search_args(provisioned, results: Path, *options: str) -> list[str]:
     ]
 
 
-def search(provisioned, results: Path, *options: str) -> subprocess.CompletedProcess:
-    return benchmarks(*search_args(provisioned, results, *options), timeout=1200)
+def search(provisioned, results: Path, *options: str, alone: bool = False) -> subprocess.CompletedProcess:
+    """The search; `alone`: each measurement held to the stand-in's clock, alone (tests/rehearsal/measured_alone.py)."""
+    if not alone:
+        return benchmarks(*search_args(provisioned, results, *options), timeout=1200)
+    with handed_to_child():
+        return benchmarks(*search_args(provisioned, results, *options), timeout=1200, module="tests.rehearsal.measured_alone")
 
 
 def the_manifest(results: Path) -> dict:
@@ -55,6 +71,11 @@ def serving(provisioned) -> str:
     return json.loads(fact.read_text())["active_layout"]
 
 
+def knobbed(*axes: str) -> str:
+    """The search's name for EP4 with these of KNOBS's values (candidate names are the values' hash)."""
+    return candidates.candidate_name("ep4", {axis: KNOBS[axis] for axis in axes})
+
+
 def records(results: Path, candidate: str) -> list[Path]:
     return [p for p in results.glob(f"*/{candidate}/*.json") if not p.name.startswith(".")]
 
@@ -62,8 +83,7 @@ def records(results: Path, candidate: str) -> list[Path]:
 @pytest.fixture(scope="module")
 def searched(provisioned, tmp_path_factory):
     results = tmp_path_factory.mktemp("search")
-    with exclusive_turn():  # each candidate held to the stand-in's clock (tests/alone.py)
-        done = search(provisioned, results, *SEARCHED)
+    done = search(provisioned, results, *SEARCHED, alone=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     return done, results, the_manifest(results)
 
@@ -76,7 +96,9 @@ def test_preflight_refuses_the_field_failures_and_they_are_never_launched(search
     for name in ("tp4ep2", "tp2ep4"):
         assert f"{name} ({name}): deploying" not in done.stdout
         assert not records(results, name)
-    assert {name for name, entry in by_name.items() if entry["status"] == "measured"} == set(KEYS)
+    knobs = {knobbed("num-continuous-decode-steps"), knobbed("env.NCCL_P2P_DISABLE"), knobbed(*KNOBS)}
+    knobs.add(candidates.candidate_name("ep4", {"env.NCCL_P2P_DISABLE": "0"}))  # measured; no effect, not combined
+    assert {name for name, entry in by_name.items() if entry["status"] == "measured"} == set(KEYS) | knobs
     # The installed SGLang judged every candidate too (the stand-in's entry points): it takes tp2ep4's arguments
     # (the real one fails later, at model init), so the two verdicts differ and the record says so.
     assert by_name["tp2ep4"]["sglang"]["accepted"] and not by_name["tp2ep4"]["sglang"]["agrees_with_ours"]
@@ -89,10 +111,10 @@ def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
     for entry in state["candidates"]:
         if entry["status"] != "measured":
             continue
-        key = KEYS[entry["name"]]
-        assert entry["scores"]["c1"] == pytest.approx(true_decode_tok_s(key, 1), rel=0.02), entry["name"]
+        key, knobs = KEYS[entry["layout"]], entry["overrides"]
+        assert entry["scores"]["c1"] == pytest.approx(true_decode_tok_s(key, 1, knobs=knobs), rel=0.02), entry["name"]
         # The roofline, with each request's first token after its prefill rather than one inter-token time.
-        truth = true_aggregate_tok_s(key, entry["scores"]["peak_c"], 32)
+        truth = true_aggregate_tok_s(key, entry["scores"]["peak_c"], 32, knobs=knobs)
         assert entry["scores"]["peak"] == pytest.approx(truth, rel=0.04), entry["name"]
         assert entry["load_s"] >= GPU_HOST["load_seconds"]
         # The stand-in nvidia-smi: each of the 8 GPUs 88% held (--mem-fraction-static 0.88), as SGLang reserves it.
@@ -102,11 +124,42 @@ def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
 
 def test_the_winners_follow_the_clock_and_the_peak_winner_is_left_serving(searched, provisioned):
     done, _, state = searched
-    assert state["winners"]["c1"]["name"] in ("ep8", "ep8-tuned")  # the same EP8 clock: a tie, said to be unclear
-    assert state["winners"]["peak"]["name"] == "ep4" and state["winners"]["peak"]["clear"]
-    assert state["winners"]["peak"]["runner_up"] in ("ep8", "ep8-tuned")
-    assert state["serving_at_end"] == "ep4" == serving(provisioned)
-    assert "sglang_layouts:\n  ep4:\n" in done.stdout and "winner peak: ep4" in done.stdout
+    # EP4 with its flag decodes at 45 / 0.8 = 56 tok/s: still under EP8's 65 (the same clock in ep8 and ep8-tuned).
+    assert state["winners"]["c1"]["name"] in ("ep8", "ep8-tuned")  # a tie, said to be unclear
+    both = knobbed(*KNOBS)
+    assert state["winners"]["peak"]["name"] == both and state["winners"]["peak"]["clear"]
+    assert state["winners"]["peak"]["runner_up"] == knobbed("env.NCCL_P2P_DISABLE")
+    assert state["serving_at_end"] == both == serving(provisioned)
+    # The winner ready for group_vars carries its flag and its environment.
+    assert f"sglang_layouts:\n  {both}:\n" in done.stdout and f"winner peak: {both}" in done.stdout
+    assert "num-continuous-decode-steps: 4" in done.stdout and "NCCL_P2P_DISABLE: '1'" in done.stdout
+
+
+def test_the_staged_search_finds_both_knobs_with_fewer_launches_and_says_what_each_did(searched):
+    """Stage 1 the seven layouts (five launched), stage 2 each value alone on EP4 (the best for peak), stage 3
+    the two that paid together: 9 launches, where the full grid has 7 x 1 x 2 = 14 candidates (10 launches
+    past preflight) and no layout on its own flags to say what each knob did."""
+    done, results, state = searched
+    by_name = {entry["name"]: entry for entry in state["candidates"]}
+    assert state["strategy"] == "staged" and state["top_layouts"] == ["ep4"]
+    assert [by_name[knobbed(axis)]["stage"] for axis in KNOBS] == [2, 2] and by_name[knobbed(*KNOBS)]["stage"] == 3
+    # Stage 2 ran on EP4 only: the others' knob candidates were skipped, with the reason.
+    skipped = {e["layout"]: e["reasons"][0] for e in state["candidates"] if e["status"] == "skipped"}
+    assert sum(1 for e in state["candidates"] if e["status"] == "skipped") == 6 * 3  # three values on six layouts
+    assert all("best 1 layouts for peak only (ep4)" in skipped[name] for name in ("tp8", "pp8", "ep8", "ep8-tuned"))
+    assert skipped["tp4ep2"] == "its layout tp4ep2 is refused" and skipped["tp2ep4"] == "its layout tp2ep4 is refused"
+    # What each knob did against EP4 alone: the flag +25% at C=1 (inter-token time x 0.8) and +12% at peak;
+    # the environment value nothing at C=1 and +20% at peak (only above C=16); both +34% at peak, kept.
+    effects = {row["name"]: row["objectives"] for row in stages.effects(state["candidates"], ["c1", "peak"])}
+    flag, env, both = (effects[knobbed(*axes)] for axes in (["num-continuous-decode-steps"], ["env.NCCL_P2P_DISABLE"], KNOBS))
+    assert flag["c1"]["change"] == pytest.approx(0.25, abs=0.04) and flag["peak"]["change"] == pytest.approx(0.12, abs=0.05)
+    assert env["c1"]["change"] == pytest.approx(0.0, abs=0.03) and env["peak"]["change"] == pytest.approx(0.2, abs=0.05)
+    assert both["peak"]["change"] == pytest.approx(1.12 * 1.2 - 1, abs=0.06)
+    assert by_name[knobbed(*KNOBS)]["kept"] and by_name[knobbed(*KNOBS)]["kept_why"].startswith("kept: +")
+    assert "what each knob did (against the same layout on its declared flags):" in done.stdout
+    assert "9 launched" in done.stdout and "staged: 9 launches where the full grid has 14 candidates" in done.stdout
+    (markdown,) = results.glob("*/searches/*.md")
+    assert "## What each knob did" in markdown.read_text()
 
 
 def test_the_knee_skips_levels_past_saturation(searched):
@@ -131,12 +184,11 @@ def test_running_the_same_search_again_launches_nothing(searched, provisioned):
     _, results, state = searched
     again = search(provisioned, results, *SEARCHED)
     assert again.returncode == 0, again.stdout[-3000:]
-    assert "0 to launch, 2 refused by preflight, 5 kept from the earlier run" in again.stdout
+    assert "0 to launch, 2 refused by preflight, 8 kept from the earlier run" in again.stdout
     assert the_manifest(results)["id"] == state["id"]
     assert all(len(records(results, name)) == 1 for name in KEYS)
 
 
-@pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path):
     """EP4's TPOT is max(22.2 ms, C / 1,531 tok/s): within 31 ms up to C = 47.5. Levels 1, 16, 64 bracket it;
     bisection on the same launch narrows the bracket to 10% (of its width) at or below the truth."""
@@ -154,6 +206,7 @@ def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path)
         "capacity",
         "--leave",
         "none",
+        alone=True,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     (entry,) = the_manifest(results)["candidates"]

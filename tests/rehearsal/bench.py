@@ -17,8 +17,8 @@ def tool_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra}
 
 
-def benchmarks_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "benchmarks", *args]
+def benchmarks_argv(*args: str, module: str = "benchmarks") -> list[str]:
+    return [sys.executable, "-m", module, *args]
 
 
 def on_box(box: str, inventory: Path) -> list[str]:
@@ -27,10 +27,17 @@ def on_box(box: str, inventory: Path) -> list[str]:
 
 
 def benchmarks(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300, capture: bool = True
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300, capture: bool = True, module: str = "benchmarks"
 ) -> subprocess.CompletedProcess:
-    """`python -m benchmarks ARGS...` from the repository root; the output captured unless `capture` is off."""
+    """`python -m benchmarks ARGS...` from the repository root; the output captured unless `capture` is off.
+    `module` runs it through a wrapper instead (tests/rehearsal/measured_alone.py)."""
     pipe = subprocess.PIPE if capture else None
     return stopping.run(
-        benchmarks_argv(*args), cwd=REPO, stdout=pipe, stderr=pipe, text=True, env=tool_env(**(env or {})), timeout=timeout
+        benchmarks_argv(*args, module=module),
+        cwd=REPO,
+        stdout=pipe,
+        stderr=pipe,
+        text=True,
+        env=tool_env(**(env or {})),
+        timeout=timeout,
     )

@@ -97,10 +97,37 @@ def build_base(log: Path | None = None) -> Path:
     return built_once(base, debootstrap) / "rootfs"
 
 
+# Where free_port looks: below the kernel's ephemeral range (32768-60999 by default), above the registered services.
+PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now, outside the kernel's ephemeral range (net.ipv4.ip_local_port_range).
+
+    A port handed out here is bound later, by another process (a box's sshd, a stand-in server). Taken
+    from the ephemeral range, an outgoing connection (ssh to a box, apt, pip) could take it as its local
+    port in between, and the listener failed to bind: a box that never answered SSH beside a busy worker.
+    """
+    low, high = _ephemeral_range()
+    choices = [port for port in PORTS if not low <= port <= high]
+    pick = secrets.SystemRandom()
+    for _ in range(200):
+        port = pick.choice(choices) if choices else 0
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise BoxError(f"no free loopback port in {PORTS.start}-{PORTS.stop - 1} outside the ephemeral range {low}-{high}")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 @dataclass
@@ -232,7 +259,10 @@ def _wait_for_ssh(box: Box, deadline: float, process: subprocess.Popen) -> None:
             if box.run("true", check=False, timeout=5).returncode == 0:
                 return
         time.sleep(0.2)
-    raise BoxError(f"no SSH on port {box.ssh_port} after boot; see {box.directory / 'console.log'}")
+    console = box.directory / "console.log"
+    tail = console.read_text(errors="replace").splitlines()[-15:] if console.exists() else []
+    said = "\n".join(f"  {line}" for line in tail)  # the directory goes with the box: its console's end is kept here
+    raise BoxError(f"no SSH on port {box.ssh_port} after boot; the box's console ended:\n{said}")
 
 
 def boot(name: str | None = None, timeout: float = 60, binds: dict[str, str] | None = None, owned: bool = True) -> Box:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from tests import alone
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_an_exclusive_turn_waits_for_the_shared_one_and_goes_before_a_later_shared_one(tmp_path, monkeypatch):
@@ -41,3 +46,35 @@ def test_outside_xdist_nothing_locks(monkeypatch):
     assert alone.lock() is None
     with alone.exclusive_turn():
         pass
+
+
+def test_a_turn_handed_to_a_child_lets_its_measurement_in_and_comes_back(tmp_path, monkeypatch):
+    """The parent's shared turn would keep its own child's exclusive turn waiting for ever: it is let go while
+    the child runs, and taken back after. The child (tests/rehearsal/measured_alone.py) holds the shared turn
+    for its deploys and the exclusive one for each measurement only."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the child's lock folder too
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "run-2")
+    alone._lock_of_run.cache_clear()
+    parent = alone.lock()
+    other_worker = alone.TurnLock("run-2")
+    parent.take(exclusive=False)
+    other_worker.take(exclusive=False)
+    script = (
+        "from tests import alone\n"
+        "from tests.rehearsal.measured_alone import held_alone\n"
+        "alone.lock().take(exclusive=False)\n"
+        "print('exclusive' if held_alone(lambda: alone.lock().exclusive)() else 'shared', flush=True)\n"
+        "print('exclusive' if alone.lock().exclusive else 'shared after', flush=True)\n"
+    )
+    with alone.handed_to_child():
+        assert parent.held is None
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        time.sleep(1.0)
+        assert child.poll() is None  # its measurement waits for the other worker's test to end
+        other_worker.release()
+        out, _ = child.communicate(timeout=30)
+    assert out.split("\n")[:2] == ["exclusive", "shared after"]
+    assert parent.held is not None and not parent.exclusive
+    parent.release()
+    alone._lock_of_run.cache_clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from sglang import __version__
-from sglang.simulation import Simulation
+from sglang.simulation import Simulation, active_effects, factor
 
 TOKEN = " tok"
 OPEN_PATHS = ("/health", "/health_generate", "/ready", "/metrics")
@@ -41,6 +42,7 @@ class Server:
         sizes = [int(getattr(args, f"{k}_size") or 1) for k in ("tp", "ep", "pp", "dp")]
         self.base_itl = sim.base_itl_ms(*sizes) / 1000.0
         self.peak = sim.peak(*sizes)
+        self.effects = active_effects(sim.effects, args, os.environ)  # the knobs this server runs with
         cap = int(getattr(args, "max_running_requests", None) or sim.max_running_requests or 0)
         self.slots = asyncio.Semaphore(cap) if cap > 0 else None
         self.queued = 0
@@ -82,8 +84,10 @@ class Server:
 
     # --- the token clock -------------------------------------------------
     def itl(self) -> float:
-        itl = self.base_itl + self.sim.itl_slope_ms / 1000.0 * self.running
-        return max(itl, self.running / self.peak) if self.peak else itl
+        itl = (self.base_itl + self.sim.itl_slope_ms / 1000.0 * self.running) * factor(self.effects, "itl_factor", self.running)
+        if not self.peak:
+            return itl
+        return max(itl, self.running / (self.peak * factor(self.effects, "peak_factor", self.running)))
 
     async def tokens(self, count: int) -> AsyncIterator[int]:
         """Yield 1..count on schedule: first after prefill, then one inter-token time apart (after a queue wait)."""

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEFAULT_PATH = "/etc/sglang-standin.json"
 
@@ -42,6 +44,12 @@ class Simulation:
     fail_requests: bool = False
     # Multi-node layouts: seconds a rank waits for the others at rank 0's --dist-init-addr (--dist-timeout wins).
     rendezvous_timeout_s: float = 30.0
+    # What a knob does on this box: each {"flag": NAME (without dashes) or "env": VARIABLE, "value": V,
+    # "itl_factor": F, "peak_factor": G, "above": C} multiplies the inter-token time by F and the roofline by G
+    # while the server runs with that flag (or environment variable) at that value and more than C requests
+    # decode (C 0 or absent: always). So a file can describe a box where an env value wins only at peak and a
+    # flag at C=1, as the field's NCCL and scheduler settings did (FIELD-NOTES.md, "What others measured").
+    effects: list[dict[str, Any]] = field(default_factory=list)
 
     def base_itl_ms(self, tp: int, ep: int, pp: int, dp: int) -> float:
         return float(_per_layout(self.itl_ms, tp, ep, pp, dp) or 10.0)
@@ -50,6 +58,28 @@ class Simulation:
         """The layout's aggregate decode roofline in tokens per second, if the simulation sets one."""
         value = _per_layout(self.peak_tok_s, tp, ep, pp, dp)
         return float(value) if value else None
+
+
+def active_effects(effects: list[dict[str, Any]], args: object, environ: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The effects whose flag or environment value this server runs with."""
+    found = []
+    for effect in effects:
+        if "flag" in effect:
+            actual = getattr(args, str(effect["flag"]).replace("-", "_"), None)
+        else:
+            actual = environ.get(str(effect["env"]))
+        if actual is not None and str(actual).lower() == str(effect["value"]).lower():
+            found.append(effect)
+    return found
+
+
+def factor(effects: list[dict[str, Any]], key: str, running: int) -> float:
+    """The product of the effects' `key` factors that hold with `running` requests decoding."""
+    product = 1.0
+    for effect in effects:
+        if running > int(effect.get("above") or 0):
+            product *= float(effect.get(key, 1.0))
+    return product
 
 
 def _per_layout(table: dict[str, float], tp: int, ep: int, pp: int, dp: int) -> float | None:
