@@ -143,8 +143,9 @@ def _add_search(search: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FLAG=V1,V2",
-        help="server flag values to try on the layouts, e.g. max-running-requests=64,256, or environment "
-        "values as env.VARIABLE=V1,V2, e.g. env.NCCL_P2P_DISABLE=0,1 (repeatable; see --strategy)",
+        help="server flag values to try on the layouts, e.g. max-running-requests=64,256, environment values as "
+        "env.VARIABLE=V1,V2, e.g. env.NCCL_P2P_DISABLE=0,1, or speculative drafts as draft=NAME,none "
+        "(sglang_draft_models) (repeatable; see --strategy)",
     )
     search.add_argument(
         "--strategy",

@@ -1,4 +1,5 @@
-"""Search candidates: declared layouts crossed with a grid of server flags and environment values (pure).
+"""Search candidates: declared layouts crossed with a grid of server flags, environment values and speculative
+drafts (`draft=NAME,none`) (pure).
 
 A candidate is an ordinary layout entry (the declared one with the grid's values merged into its
 args, and an `env.NAME` axis's into its env), so every rule of the declaration and of preflight
@@ -25,6 +26,7 @@ GridValue = str | int | float | bool | None
 _FLAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _ENV_AXIS = re.compile(r"env\.[A-Za-z_][A-Za-z0-9_]*")
 ENV_PREFIX = "env."
+DRAFT_AXIS = "draft"  # a speculative draft by its declared name (sglang_draft_models); none: without one
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 MAX_GRID_VALUES = 64
@@ -81,7 +83,10 @@ def parse_grid(spec: str) -> tuple[str, tuple[GridValue, ...]]:
         raise DeclarationError("--grid", spec, "an empty value", fix)
     if len(parts) > MAX_GRID_VALUES:
         raise DeclarationError("--grid", spec, f"more than {MAX_GRID_VALUES} values", "split the search in several")
-    parsed = tuple(part if environment else _value(part) for part in parts)
+    if name == DRAFT_AXIS:
+        parsed: tuple[GridValue, ...] = tuple(None if part.lower() in ("none", "drop") else part for part in parts)
+    else:
+        parsed = tuple(part if environment else _value(part) for part in parts)
     if len(set(map(repr, parsed))) != len(parsed):
         raise DeclarationError("--grid", spec, "a value is given twice", "give each value once")
     return name, parsed
@@ -127,7 +132,7 @@ def expand(
             entry = copy.deepcopy(layouts[layout]) if isinstance(layouts[layout], Mapping) else layouts[layout]
             name = candidate_name(layout, overrides)
             if overrides and isinstance(entry, dict):
-                flags_over = {k: v for k, v in overrides.items() if not k.startswith(ENV_PREFIX)}
+                flags_over = {k: v for k, v in overrides.items() if not k.startswith(ENV_PREFIX) and k != DRAFT_AXIS}
                 env_over = {k.removeprefix(ENV_PREFIX): v for k, v in overrides.items() if k.startswith(ENV_PREFIX)}
                 if flags_over:
                     args = entry.get("args") if isinstance(entry.get("args"), Mapping) else {}
@@ -135,6 +140,10 @@ def expand(
                 if env_over:
                     env = entry.get("env") if isinstance(entry.get("env"), Mapping) else {}
                     entry["env"] = {**env, **env_over}
+                if DRAFT_AXIS in overrides:
+                    entry[DRAFT_AXIS] = overrides[DRAFT_AXIS]
+                    if overrides[DRAFT_AXIS] is None:
+                        del entry[DRAFT_AXIS]
                 described = entry.get("description") or layout
                 entry["description"] = f"{described}; search: " + ", ".join(f"{k}={_text(v)}" for k, v in overrides.items())
             if overrides and name in layouts:

@@ -13,6 +13,7 @@ Schema (kept stable, inventories are written against it)::
         env:  {VARIABLE: value}
         hardening: {SystemdDirective: value | null}   (see sglang_layout.hardening)
         nnodes: int >= 1   (1 when absent: one box; more spans boxes with SGLang's own multi-node launch)
+        draft: a speculative draft declared in sglang_draft_models (sglang_layout.drafts)
         nodes: inventory group whose hosts, in inventory order, are node ranks 0..nnodes-1 (needed when nnodes > 1)
 
 Common args and environment are merged under each layout's own. Every string that
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_layout import defaults, flags, hardening, reserved, text
+from sglang_layout.drafts import DRAFT_FLAGS, Draft
 from sglang_layout.errors import DeclarationError
 
 __all__ = [
@@ -48,7 +50,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 NUMBER = re.compile(r"-[0-9][0-9.eE+-]*")
 PARALLEL_KEYS = ("tp", "ep", "pp", "dp")
-LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description", "hardening", "nnodes", "nodes"))
+LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description", "hardening", "nnodes", "nodes", "draft"))
 GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what Ansible accepts as a group name
 MAX_WIDTH = 1024  # per parallel size
 MAX_GPUS = 4096  # dp x tp x pp: bounds what is rendered (CUDA_VISIBLE_DEVICES) before any verdict
@@ -88,6 +90,7 @@ class Layout:
     notices: tuple[str, ...] = ()  # what parsing changed and says so (a folded description)
     nnodes: int = 1
     nodes: str = ""  # the inventory group whose hosts are the node ranks, in inventory order
+    draft: str = ""  # the speculative draft model it names (sglang_layout.drafts); its flags are in args
 
     @property
     def gpus_used(self) -> int:
@@ -323,6 +326,7 @@ def parse_layout(
     common_env: Mapping[str, str] | None = None,
     flag_table: flags.FlagTable | None = None,
     path: str = "sglang_layouts",
+    drafts: Mapping[str, Draft] | None = None,
 ) -> Layout:
     """Validate one declared layout and merge the common args and env under it.
 
@@ -356,12 +360,14 @@ def parse_layout(
         raise text.refuse(here, sizes, f"dp x tp x pp = {gpus} GPUs, more than {MAX_GPUS}", "check the sizes")
     description, notices = _description(f"{here}.description", raw.get("description"))
     nnodes, nodes = parse_span(here, raw)
+    own = _args(f"{here}.args", raw.get("args"), flag_table)
+    draft = _draft(here, raw.get("draft"), drafts or {})
+    if draft is not None:
+        own = _with_draft(here, draft, own, flag_table)
     return Layout(
         name=name,
-        args=merge_args(
-            _args("sglang_common_args", common_args, flag_table),
-            _args(f"{here}.args", raw.get("args"), flag_table),
-        ),
+        draft=draft.name if draft else "",
+        args=merge_args(_args("sglang_common_args", common_args, flag_table), own),
         env={**_env("sglang_common_env", common_env), **_env(f"{here}.env", raw.get("env"))},
         description=description,
         hardening=hardening.parse_overrides(f"{here}.hardening", raw.get("hardening")),
@@ -372,12 +378,38 @@ def parse_layout(
     )
 
 
+def _draft(here: str, name: Any, drafts: Mapping[str, Draft]) -> Draft | None:
+    if name in (None, ""):
+        return None
+    if not isinstance(name, str) or name not in drafts:
+        declared = ", ".join(drafts) or "none"
+        raise text.refuse(
+            f"{here}.draft", name, "is not declared in sglang_draft_models", f"declare it there (declared: {declared})"
+        )
+    return drafts[name]
+
+
+def _with_draft(here: str, draft: Draft, own: dict[str, ArgValue], table: flags.FlagTable | None) -> dict[str, ArgValue]:
+    """The draft's flags and args under the layout's own args; the two flags the draft sets are its alone."""
+    for flag in own:
+        if flag in DRAFT_FLAGS or flag == "speculative-draft-model":  # the path's alias in 0.5.23
+            raise text.refuse(
+                f"{here}.args.{flag}",
+                own[flag],
+                f"is set by the layout's draft ({draft.name})",
+                "remove it from args, or drop draft",
+            )
+    drafted = _args(f"sglang_draft_models.{draft.name}.args", draft.args, table)
+    return merge_args(merge_args(draft.flags(), drafted), own)
+
+
 def parse_layouts(
     raw: Any,
     *,
     common_args: Mapping[str, ArgValue] | None = None,
     common_env: Mapping[str, str] | None = None,
     flag_table: flags.FlagTable | None = None,
+    drafts: Mapping[str, Draft] | None = None,
 ) -> dict[str, Layout]:
     """Validate the whole `sglang_layouts` dict, in declaration order."""
     if not isinstance(raw, Mapping) or not raw:
@@ -388,7 +420,7 @@ def parse_layouts(
             "declare at least one layout in group_vars, e.g. sglang_layouts: {tp8: {tp: 8}}",
         )
     return {
-        name: parse_layout(name, spec, common_args=common_args, common_env=common_env, flag_table=flag_table)
+        name: parse_layout(name, spec, common_args=common_args, common_env=common_env, flag_table=flag_table, drafts=drafts)
         for name, spec in raw.items()
     }
 

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from sglang_layout import defaults, flags, text
+from sglang_layout.drafts import parse_drafts
 from sglang_layout.errors import DeclarationError
 from sglang_layout.schema import Layout, ServerSettings, parse_layouts, server_settings
 
@@ -101,6 +102,7 @@ DECLARATION_ARGUMENTS: dict[str, dict[str, Any]] = {
     "model_path": {"type": "raw", "default": defaults.MODEL_PATH},
     "port": {"type": "raw", "default": defaults.PORT},
     "bind_address": {"type": "raw", "default": defaults.BIND_ADDRESS},
+    "drafts": {"type": "raw", "default": {}},
 }
 
 
@@ -117,7 +119,11 @@ def declaration_from_task(
     )
     table = flag_table_from_argument(args.get("flag_table_path"), args.get("flag_table"), "the host's recorded flag table")
     layouts = parse_layouts(
-        args["layouts"], common_args=args.get("common_args"), common_env=args.get("common_env"), flag_table=table
+        args["layouts"],
+        common_args=args.get("common_args"),
+        common_env=args.get("common_env"),
+        flag_table=table,
+        drafts=parse_drafts(args.get("drafts")),
     )
     return settings, layouts, table
 
@@ -134,6 +140,7 @@ def declaration_from_vars(variables: Mapping[str, Any], flag_table: flags.FlagTa
         common_args=variables.get("sglang_common_args"),
         common_env=variables.get("sglang_common_env"),
         flag_table=flag_table,
+        drafts=parse_drafts(variables.get("sglang_draft_models")),
     )
     return Declaration(
         layouts=layouts,

@@ -23,6 +23,7 @@ from benchmarks.sweep import run_sweep
 from benchmarks.workload import Workload
 from sglang_layout import nodes, oracle, shapes
 from sglang_layout.candidates import Candidate, declaration_hash, expand
+from sglang_layout.drafts import parse_drafts
 from sglang_layout.errors import DeclarationError
 from sglang_layout.schema import parse_layouts
 
@@ -107,6 +108,7 @@ def _validate(entries: dict[str, Any], declaration: dict[str, Any]) -> None:
             entries,
             common_args=declaration.get("sglang_common_args") or {},
             common_env=declaration.get("sglang_common_env") or {},
+            drafts=parse_drafts(declaration.get("sglang_draft_models")),
         )
     except DeclarationError as exc:
         raise SearchError(f"{exc} (a candidate built from --layouts/--grid)") from exc

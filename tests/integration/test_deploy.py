@@ -12,8 +12,9 @@ import shlex
 import pytest
 
 from tests.conftest import FIELD_NOTES_EP8_TUNED, FIELD_NOTES_MODEL_PATH, flag_pairs
-from tests.rehearsal.gpu_host import MODEL_PATH
-from tests.rehearsal.standin import wait_http
+from tests.rehearsal.bench import benchmarks, on_box
+from tests.rehearsal.gpu_host import MODEL_PATH, true_decode_tok_s
+from tests.rehearsal.standin import emitted, sent_decode_rate, sent_streams, wait_http
 
 UNIT_DIR = "/etc/systemd/system"
 
@@ -336,3 +337,71 @@ def test_a_rollback_that_fails_too_says_why_and_status_says_what_puts_it_right(p
     deploy(provisioned, "ep8").succeeded()
     status = provisioned.playbook("playbooks/status.yml").succeeded()
     assert "agreement: the running, enabled and recorded layout agree" in status.stdout
+
+
+DRAFT_PATH = "/srv/models/Kimi-K2.6-EAGLE3"
+
+
+def test_a_speculative_layout_runs_its_draft_fetched_from_the_controller_and_is_measured_chunk_by_chunk(
+    provisioned, declared_vars, tmp_path
+):
+    """A draft declared once (sglang_draft_models), fetched by the sglang_model role from the controller, named by
+    a layout: the unit gets SGLang's speculative flags and the draft's path. The stand-in then accepts 3, 1, 4, 2
+    tokens per step (mean 2.5), one chunk each, each step 1.2 inter-token times: the client counts every token
+    and reads what the server sent per request (5% beside the other worker; the clock tests hold 1-2% alone).
+    A layout whose draft is not on the host is refused before anything stops."""
+    box = provisioned.box
+    source = tmp_path / "eagle3"
+    source.mkdir()
+    (source / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}\n')
+    drafts = {
+        "eagle3": {
+            "path": DRAFT_PATH,
+            "algorithm": "EAGLE3",
+            "args": {"speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4},
+            "source": "controller",
+            "controller_path": str(source),
+        },
+        "absent": {"path": "/srv/models/not-provisioned", "algorithm": "EAGLE3"},
+    }
+    layouts = {
+        **declared_vars["sglang_layouts"],
+        "ep8-eagle3": {"tp": 8, "ep": 8, "draft": "eagle3", "args": {"max-running-requests": 64}},
+        "ep8-absent": {"tp": 8, "ep": 8, "draft": "absent"},
+    }
+    declared = {"sglang_draft_models": drafts, "sglang_layouts": layouts}
+    fetch = tmp_path / "fetch.yml"
+    fetch.write_text("- name: Fetch the models\n  hosts: all\n  gather_facts: false\n  roles: [sglang_model]\n")
+    fetched = provisioned.playbook(str(fetch), extra_vars=declared).succeeded()
+    assert (box.root / DRAFT_PATH.lstrip("/") / "config.json").exists() and fetched.changed(box.name) >= 2
+    assert provisioned.playbook(str(fetch), extra_vars=declared).changed(box.name) == 0  # its marker: fetched once
+
+    deploy(provisioned, "ep8").succeeded()
+    refused = deploy(provisioned, "ep8-absent", extra_vars=declared)
+    assert refused.returncode != 0 and refused.changed(box.name) == 0
+    assert "ep8-absent names the draft absent, but /srv/models/not-provisioned/config.json is not on" in refused.stdout
+    serving_only(box, provisioned.port, "ep8")
+
+    deploy(provisioned, "ep8-eagle3", extra_vars=declared).succeeded()
+    command = (box.root / UNIT_DIR.lstrip("/") / unit("ep8-eagle3")).read_text()
+    assert f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {DRAFT_PATH}" in command
+    assert "--speculative-num-steps 3" in command and "--max-running-requests 64" in command
+    results = tmp_path / "results"
+    done = benchmarks(
+        "run",
+        *on_box(box.name, provisioned.inventory),
+        *("--levels", "1,8", "--output-tokens", "64", "--rounds", "2", "--metrics-interval", "0"),
+        *("--results-dir", str(results)),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    (path,) = results.rglob("*.json")
+    run = json.loads(path.read_text())
+    log = emitted(f"http://127.0.0.1:{provisioned.port}")
+    for level in run["levels"]:
+        assert level["output_tokens"] == 64 * level["completed"] and level["stream_count_mismatches"] == 0
+        assert level["decode_tok_s"]["p50"] == pytest.approx(sent_decode_rate(sent_streams(log), level["window"]), rel=0.05)
+    # 2.5 tokens a step, a step 1.2 x 15.4 ms: ~135 tok/s per request at C=1, where plain EP8 decodes 65.
+    (one,) = (level for level in run["levels"] if level["concurrency"] == 1)
+    assert one["decode_tok_s"]["p50"] > 1.6 * true_decode_tok_s("tp8-ep8-pp1-dp1", 1)
+    deploy(provisioned, "ep8").succeeded()

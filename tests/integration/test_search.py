@@ -218,3 +218,22 @@ def test_the_slo_capacity_is_narrowed_to_the_clocks_truth(provisioned, tmp_path)
     assert {1, 16, 64} < set(entry["levels_run"])  # and the probes between 16 and 64
     assert entry["stopped"].startswith("C=64 broke the SLO (tpot_p99)")
     assert the_manifest(results)["winners"]["capacity"]["name"] == "ep4"
+
+
+def test_layouts_auto_judges_every_shape_of_eight_gpus_by_rule_and_dry_run_launches_nothing(provisioned, tmp_path):
+    """On the simulated 8 x 95 GiB box with Kimi K2.6 (MLA: attention DP applies), --layouts auto lists the
+    32 shapes; the ones whose weights cannot fit (dp replicas of a group narrower than 8 GPUs, attention DP
+    8 wide) are refused by the memory rule, in its words, and the dry run launches and writes nothing."""
+    results = tmp_path / "results"
+    before = serving(provisioned)
+    done = search(provisioned, results, "--layouts", "auto", "--levels", "1", "--dry-run")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    planned = done.stdout.split("dry run: would launch", 1)[1]
+    would = {line.split()[0] for line in planned.splitlines()[1:] if line.startswith("  ")}
+    said = [line.split("refused, never launched: ", 1)[1] for line in done.stdout.splitlines() if "never launched: " in line]
+    refused = {reason.split()[0].rstrip(":") for reason in said}
+    assert len(would) + len(refused) == 32 and not would & refused
+    assert {"tp8", "tp8-ep8", "tp8-ep4", "tp4-pp2", "tp2-pp4", "pp8", "tp8-ep8-attn-dp4"} <= would
+    assert {"dp8", "tp4-dp2", "tp2-pp2-dp2", "tp8-ep8-attn-dp8"} <= refused
+    assert "refused, never launched: dp8 uses 8 GPUs; weights ~553 GiB need ~553.4 GiB per GPU" in done.stdout
+    assert not results.exists() and serving(provisioned) == before  # nothing written, nothing deployed

@@ -90,7 +90,7 @@ class Server:
         return max(itl, self.running / (self.peak * factor(self.effects, "peak_factor", self.running)))
 
     async def tokens(self, count: int) -> AsyncIterator[int]:
-        """Yield 1..count on schedule: first after prefill, then one inter-token time apart (after a queue wait)."""
+        """Yield the cumulative count up to `count` on schedule, step by step (after a queue wait)."""
         if self.slots is None:
             async for index in self._decode(count):
                 yield index
@@ -106,19 +106,37 @@ class Server:
         finally:
             self.slots.release()
 
+    def _steps(self, count: int) -> list[int]:
+        """Tokens per decode step: one, or with a speculative draft the simulation's accepted lengths in turn."""
+        if not getattr(self.args, "speculative_algorithm", None):
+            return [1] * count
+        pattern = [max(int(n), 1) for n in self.sim.speculative_accept] or [1]
+        steps, made = [], 0
+        while made < count:
+            size = min(pattern[len(steps) % len(pattern)], count - made)
+            steps.append(size)
+            made += size
+        return steps
+
     async def _decode(self, count: int) -> AsyncIterator[int]:
+        """The cumulative token count after each decode step, on absolute deadlines: the first step after the
+        prefill, each next one an inter-token time later (x the speculative step factor, with a draft)."""
         self.running += 1
+        step_factor = self.sim.speculative_step_factor if getattr(self.args, "speculative_algorithm", None) else 1.0
         try:
             deadline = time.monotonic() + self.sim.prefill_ms / 1000.0
-            for index in range(1, count + 1):
+            made = 0
+            for size in self._steps(count):
                 delay = deadline - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                self.generated_total += 1
-                self.recent.append(time.monotonic())
-                self.emitted.append(self.recent[-1])
-                yield index
-                deadline += self.itl()
+                made += size
+                self.generated_total += size
+                now = time.monotonic()
+                self.recent.extend([now] * size)
+                self.emitted.extend([now] * size)
+                yield made
+                deadline += self.itl() * step_factor
         finally:
             self.running -= 1
 
@@ -126,13 +144,16 @@ class Server:
         """The cumulative token count at each chunk sent: every `stream_interval` tokens and at the end.
 
         As SGLang's --stream-interval: a chunk carries several tokens when the server streams less often
-        than every token (the simulation's stream_interval when the flag is not given).
+        than every token (the simulation's stream_interval when the flag is not given), or when a
+        speculative step accepted several.
         """
         interval = max(int(self.args.stream_interval or self.sim.stream_interval), 1)
         sent: list[list[float]] = []
+        last = 0
         async for n in self.tokens(count):
-            if n % interval == 0 or n == count:
+            if n // interval > last // interval or n == count:
                 sent.append([time.monotonic(), n])
+                last = n
                 if n == count:
                     self.streams.append(sent)
                 yield n

@@ -50,6 +50,12 @@ class Simulation:
     # decode (C 0 or absent: always). So a file can describe a box where an env value wins only at peak and a
     # flag at C=1, as the field's NCCL and scheduler settings did (FIELD-NOTES.md, "What others measured").
     effects: list[dict[str, Any]] = field(default_factory=list)
+    # Speculative decoding (the server started with --speculative-algorithm): each decode step emits the next
+    # of these accepted lengths in turn (their mean is the acceptance length; 2.5 here), streamed as one
+    # chunk of that many tokens, and a step takes the inter-token time x speculative_step_factor (verifying
+    # the draft costs more than one plain step).
+    speculative_accept: list[int] = field(default_factory=lambda: [3, 1, 4, 2])
+    speculative_step_factor: float = 1.2
 
     def base_itl_ms(self, tp: int, ep: int, pp: int, dp: int) -> float:
         return float(_per_layout(self.itl_ms, tp, ep, pp, dp) or 10.0)
