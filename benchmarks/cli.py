@@ -211,7 +211,8 @@ def command_search(args: argparse.Namespace) -> int:
         )
         return 2
     problems, _ = _checked(Workload.from_cli_args(args))
-    problems += [problem for problem in [results.results_dir_problem(args.results_dir)] if problem]
+    if not args.dry_run:  # a dry run writes nothing, so it makes no folder either
+        problems += [problem for problem in [results.results_dir_problem(args.results_dir)] if problem]
     if args.layouts.strip(", ") == "":
         problems.append(f"--layouts {args.layouts!r}: name the declared layouts to try, comma-separated, or 'all'")
     if problems:

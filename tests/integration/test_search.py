@@ -225,7 +225,8 @@ def test_layouts_auto_judges_every_shape_of_eight_gpus_by_rule_and_dry_run_launc
     32 shapes; the ones whose weights cannot fit (dp replicas of a group narrower than 8 GPUs, attention DP
     8 wide) are refused by the memory rule, in its words, and the dry run launches and writes nothing."""
     results = tmp_path / "results"
-    before = serving(provisioned)
+    record = provisioned.box.root / "etc" / "ansible" / "facts.d" / "sglang_service.fact"
+    before = record.read_text() if record.exists() else None
     done = search(provisioned, results, "--layouts", "auto", "--levels", "1", "--dry-run")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     planned = done.stdout.split("dry run: would launch", 1)[1]
@@ -236,4 +237,5 @@ def test_layouts_auto_judges_every_shape_of_eight_gpus_by_rule_and_dry_run_launc
     assert {"tp8", "tp8-ep8", "tp8-ep4", "tp4-pp2", "tp2-pp4", "pp8", "tp8-ep8-attn-dp4"} <= would
     assert {"dp8", "tp4-dp2", "tp2-pp2-dp2", "tp8-ep8-attn-dp8"} <= refused
     assert "refused, never launched: dp8 uses 8 GPUs; weights ~553 GiB need ~553.4 GiB per GPU" in done.stdout
-    assert not results.exists() and serving(provisioned) == before  # nothing written, nothing deployed
+    assert not results.exists()  # nothing written
+    assert (record.read_text() if record.exists() else None) == before  # nothing deployed

@@ -27,7 +27,9 @@ from tests.rehearsal.playbook import REPO
 def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned, tmp_path):
     provisioned.playbook("deploy.yml", "-e", "layout=tp8").succeeded()
     results = tmp_path / "results"
-    options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--levels", "1,16", "--leave", "original")
+    # Every grid point (--strategy grid): two candidates of one layout, no stages to wait for.
+    options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--strategy", "grid")
+    options += ("--levels", "1,16", "--leave", "original")
     process = subprocess.Popen(
         benchmarks_argv(*search_args(provisioned, results, *options)),
         cwd=REPO,
@@ -83,6 +85,8 @@ def test_a_candidate_that_fails_to_start_is_diagnosed_and_the_search_goes_on(pro
             "ep8",
             "--grid",
             "mem-fraction-static=0.78,0.88",
+            "--strategy",
+            "grid",
             "--levels",
             "1",
             "--leave",
