@@ -104,12 +104,16 @@ def economy(state: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def sglang_lines(state: dict[str, Any], per_candidate: int = 6) -> list[str]:
-    """The installed SGLang's own verdict per candidate: what it will really run, and where it and ours differ."""
-    out = []
+def sglang_lines(state: dict[str, Any], per_candidate: int = 6, plain_listed: int = 8) -> list[str]:
+    """The installed SGLang's own verdict per candidate: what it will really run, and where it and ours differ.
+    Candidates it takes as written, where ours agree, are summed up in one line (a staged search has many)."""
+    out, plain = [], []
     for entry in state["candidates"]:
         said = entry.get("sglang")
         if not said:
+            continue
+        if said["accepted"] and said["agrees_with_ours"] and not said["resolved"]:
+            plain.append(entry["name"])
             continue
         verdict = "accepts" if said["accepted"] else f"refuses ({said['refusal']})"
         differ = "" if said["agrees_with_ours"] else "; our rules judged it otherwise (rule for review)"
@@ -117,6 +121,9 @@ def sglang_lines(state: dict[str, Any], per_candidate: int = 6) -> list[str]:
         out += [f"  {line}" for line in said["resolved"][:per_candidate]]
         if len(said["resolved"]) > per_candidate:
             out.append(f"  ... and {len(said['resolved']) - per_candidate} more")
+    if plain:
+        names = ", ".join(plain[:plain_listed]) + (f" and {len(plain) - plain_listed} more" if len(plain) > plain_listed else "")
+        out.append(f"taken as written, as ours judged them: {names}")
     return out
 
 

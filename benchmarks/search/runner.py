@@ -378,7 +378,11 @@ def _announce(state: dict[str, Any], options: SearchOptions, say: Callable[[str]
         + ("" if not options.slo else f" or the SLO ({', '.join(f'{b.name}<={b.limit_ms:g} ms' for b in options.slo)})")
     )
     if options.staged:
-        later = sum(1 for e in state["candidates"] if e.get("stage") == 2 and e["status"] == "pending")
+        per_layout: dict[str, int] = {}
+        for entry in state["candidates"]:
+            if entry.get("stage") == 2 and entry["status"] == "pending":
+                per_layout[entry["layout"]] = per_layout.get(entry["layout"], 0) + 1
+        later = sum(sorted(per_layout.values(), reverse=True)[: options.top])
         say(
             f"staged: stage 1 {stages.STAGE_NAMES[1]} ({len(todo)} to launch), then stage 2 {stages.STAGE_NAMES[2]} on the"
             f" best {options.top} for {options.objective} (up to {later}), then stage 3 {stages.STAGE_NAMES[3]};"

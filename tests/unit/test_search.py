@@ -345,6 +345,9 @@ def test_a_candidate_sglang_refuses_is_refused_with_its_words_and_what_it_rewrit
     ]
     kept = _entry(Candidate("ep4", "ep4"), "h2", {"ok": True, "findings": []}, report)
     assert kept["status"] == "pending" and kept["sglang"]["resolved"] == ["rewrites ep_size: 4 -> 8 (_a2a_ep_size)"]
-    lines = search_report.sglang_lines({"candidates": [refused, kept]})
+    plain = [{**kept, "name": f"tp8-{n}", "sglang": {**kept["sglang"], "resolved": []}} for n in range(10)]
+    lines = search_report.sglang_lines({"candidates": [refused, kept, *plain]})
     assert lines[0].startswith("dcpq: SGLang 0.5.23 refuses (ValueError") and "rule for review" in lines[0]
-    assert lines[1:] == ["ep4: SGLang 0.5.23 accepts", "  rewrites ep_size: 4 -> 8 (_a2a_ep_size)"]
+    assert lines[1:3] == ["ep4: SGLang 0.5.23 accepts", "  rewrites ep_size: 4 -> 8 (_a2a_ep_size)"]
+    # The many taken as written, where ours agree, in one line.
+    assert lines[3:] == ["taken as written, as ours judged them: " + ", ".join(f"tp8-{n}" for n in range(8)) + " and 2 more"]
