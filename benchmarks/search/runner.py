@@ -332,8 +332,8 @@ def _initial_state(options: SearchOptions, plan: _Plan, checks: dict[str, playbo
         state["hosts"] = options.hosts
         state["original_layouts"] = previous.get("original_layouts") or {n: c.serving for n, c in checks.items()}
     if options.staged:
-        layouts = options.layouts or list(plan.declaration["sglang_layouts"])
-        state.update(strategy="staged", top=options.top, full_grid=stages.full_grid_size(len(layouts), options.grid))
+        layouts = sum(1 for stage in plan.stage_of.values() if stage == 1)  # `auto` expanded
+        state.update(strategy="staged", top=options.top, full_grid=stages.full_grid_size(layouts, options.grid))
     state["candidates"] = [_state_entry(candidate, options, plan, checked) for candidate in plan.candidates]
     refused = {e["layout"] for e in state["candidates"] if e.get("stage") == 1 and e["status"] == "refused"}
     for entry in state["candidates"]:  # a refused layout's knobs would be refused for the same reason: said once

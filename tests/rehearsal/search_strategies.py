@@ -21,7 +21,7 @@ from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.playbook import run_playbook
 
 LAYOUTS = "tp8,pp8,ep8,ep4"
-AXES = ("--grid", "num-continuous-decode-steps=1,2,4", "--grid", "env.NCCL_P2P_DISABLE=0,1")
+AXES = ("--grid", "num-continuous-decode-steps=2,4", "--grid", "env.NCCL_P2P_DISABLE=0,1")
 WORKLOAD = ("--levels", "1,16,64", "--knee", "0.25", "--output-tokens", "32", "--rounds", "2", "--min-requests", "4")
 WORKLOAD += ("--metrics-interval", "0", "--leave", "none")
 
