@@ -8,13 +8,13 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import compare, dataset, harness, repeats, report, results, slo
 from benchmarks.capacity import capacity_sentence, measure_levels
-from benchmarks.endpoint import API_KEY_VARIABLE, EndpointError, check_url, probe
+from benchmarks.endpoint import API_KEY_VARIABLE, EndpointError, check_url, probe, served_model
 from benchmarks.inventory import InventoryError, read_inventory
 from benchmarks.search import objectives, stages
 from benchmarks.search.runner import SearchOptions, main_search
@@ -309,6 +309,9 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
             host = host or (url.split("//", 1)[1].replace(":", "_"))
             info = probe(url, key)
             record["server"] = {"url": url, "sglang_version": info.get("version"), "server_args": info}
+            if workload.model == Workload.model:  # not named: the one the endpoint serves (a router routes by it)
+                workload = replace(workload, model=served_model(url, key) or workload.model)
+                record["workload"]["model"] = workload.model
             layout = layout or _layout_from_info(info)
             print(f"benchmarking {url} ({layout}), {loads}", flush=True)
             sweep = _measure(

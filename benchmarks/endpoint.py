@@ -61,3 +61,18 @@ def probe(url: str, api_key: str = "", timeout: float = 10) -> dict[str, Any]:
             "and that this machine can reach its port"
         ) from exc
     return info if isinstance(info, dict) else {}
+
+
+def served_model(url: str, api_key: str = "", timeout: float = 10) -> str:
+    """The one model the endpoint serves (/v1/models), or '' when it lists none or several.
+
+    SGLang serves any model name, but a router routes by it: smg answers 404 "No worker available for
+    model 'default'" to a name no worker serves, so a sweep through it names the served model."""
+    request = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            listed = json.loads(answer.read() or b"{}").get("data")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    ids = {item.get("id") for item in listed if isinstance(item, dict)} if isinstance(listed, list) else set()
+    return ids.pop() if len(ids) == 1 and all(isinstance(i, str) for i in ids) else ""

@@ -18,6 +18,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import yaml
+
 from benchmarks.metrics import decode_rate
 from benchmarks.records import RequestRecord
 from tests.rehearsal.box import CACHE, built_once, free_port
@@ -40,10 +42,10 @@ def locust_requirement() -> str:
     return f"locust=={version}"
 
 
-def router_requirement() -> str:
-    """The REAL sglang-router the role pins (not a stand-in): boxes install it from the wheelhouse."""
-    version = ROUTER_DEFAULTS.read_text().split('sglang_router_version: "', 1)[1].split('"', 1)[0]
-    return f"sglang-router=={version}"
+def router_requirements() -> list[str]:
+    """The REAL routers the role pins, smg and sglang-router (not stand-ins): boxes install them from the wheelhouse."""
+    versions = yaml.safe_load(ROUTER_DEFAULTS.read_text())["sglang_router_versions"]
+    return [f"{package}=={version}" for package, version in sorted(versions.items())]
 
 
 def source_tree(destination: Path) -> Path:
@@ -54,7 +56,7 @@ def source_tree(destination: Path) -> Path:
 
 
 def _digest() -> str:
-    hasher = hashlib.sha256(json.dumps([*RUNTIME_DEPS, router_requirement(), locust_requirement()]).encode())
+    hasher = hashlib.sha256(json.dumps([*RUNTIME_DEPS, *router_requirements(), locust_requirement()]).encode())
     for path in sorted(p for p in SOURCE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         hasher.update(path.relative_to(SOURCE).as_posix().encode() + path.read_bytes())
     hasher.update(FLAGS.read_bytes())
@@ -62,8 +64,8 @@ def _digest() -> str:
 
 
 def wheelhouse() -> Path:
-    """A local wheelhouse with the stand-in sglang wheel and its dependencies, and the real sglang-router and
-    Locust with their own, cached by content."""
+    """A local wheelhouse with the stand-in sglang wheel and its dependencies, and the real routers (smg,
+    sglang-router) and Locust with their own, cached by content."""
     target = CACHE / f"wheelhouse-{_digest()}"
 
     def build() -> str:
@@ -71,7 +73,7 @@ def wheelhouse() -> Path:
         pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
         subprocess.run([*pip, "wheel", "--no-deps", "-w", str(target), str(source)], check=True)
         subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), *RUNTIME_DEPS], check=True)
-        subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), router_requirement()], check=True)
+        subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), *router_requirements()], check=True)
         subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), locust_requirement()], check=True)
         shutil.rmtree(source)
         return ""
