@@ -130,6 +130,33 @@ def test_bad_router_settings_are_refused_before_the_host_changes(provisioned):
     assert unit_file() == before
 
 
+def test_a_router_that_does_not_route_is_not_left_running(two_instances):
+    """A router whose replicas never answer fails the play saying why; the router it replaced runs again, or,
+    when there was none, it is stopped and disabled (it was once left running, answering 503)."""
+    both = two_instances
+    box = both.box
+    router, settings = round_robin_router(sglang_router_workers=[], sglang_router_health_timeout=6)
+    where = ("-e", f"router_hosts={both.host('r0')}")
+    good = {**settings, "sglang_router_worker_urls": [both.url("r0")]}
+    dead = {**settings, "sglang_router_worker_urls": ["http://127.0.0.1:9"]}
+    try:
+        run_playbook("playbooks/router.yml", both.inventory, good, *where).succeeded()
+        failed = run_playbook("playbooks/router.yml", both.inventory, dead, *where)
+        assert failed.returncode != 0 and "did not route a generation within 6 s" in failed.output, failed.output[-3000:]
+        assert "The previous router runs again." in failed.output
+        assert both.url("r0") in box.run("systemctl", "cat", UNIT).stdout and generate(router) == 200
+
+        box.run("sudo", "systemctl", "disable", "--now", UNIT)
+        box.run("sudo", "rm", f"/etc/systemd/system/{UNIT}")
+        box.run("sudo", "systemctl", "daemon-reload")
+        failed = run_playbook("playbooks/router.yml", both.inventory, dead, *where)
+        assert failed.returncode != 0 and "It was stopped." in failed.output, failed.output[-3000:]
+        assert box.run("systemctl", "is-active", UNIT, check=False).stdout.strip() == "inactive"
+        assert box.run("systemctl", "is-enabled", UNIT, check=False).stdout.strip() == "disabled"
+    finally:
+        box.run("sudo", "systemctl", "disable", "--now", UNIT, check=False)
+
+
 def on_box_processes(box: boxes.Box) -> str:
     """Every process's command line and environment in the box (read there; the command itself names no key)."""
     listing = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; tr '\\0' ' ' < $p/environ; echo; done 2>/dev/null"
