@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import compare, dataset, harness, repeats, report, results, slo
+from benchmarks import bottleneck, compare, dataset, harness, repeats, report, results, slo
 from benchmarks.capacity import capacity_sentence, measure_levels
 from benchmarks.endpoint import API_KEY_VARIABLE, EndpointError, check_url, probe, served_model
 from benchmarks.inventory import InventoryError, read_inventory
@@ -336,6 +336,7 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
             )
             record["server"] = sweep.server
             layout = layout or sweep.server.get("layout", "")
+        bottleneck.attach(sweep.levels, record["server"])  # a bare URL's server described by its /server_info
     except EndpointError as exc:
         record.update(status="failed", error=str(exc), levels=[])
         path = results.save_record(record, args.results_dir, host or "unknown", layout or "unknown")

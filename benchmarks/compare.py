@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import repeats, results
+from benchmarks import gpu_telemetry, repeats, results
 from benchmarks.workload import level_load, level_name
 from sglang_layout import tables, text
 
@@ -19,6 +19,7 @@ COLUMNS = (
     "at",
     "TTFT p50 at peak ms",
     "ITL p50 at peak ms",
+    "held back at peak",
     "status",
 )
 
@@ -39,6 +40,12 @@ def summarize_run(path: Path, run: dict[str, Any]) -> dict[str, Any]:
         "peak_c": level_name(peak) if peak else None,
         "peak_ttft_ms": peak["ttft_ms"]["p50"] if peak else None,
         "peak_itl_ms": peak["itl_ms"]["p50"] if peak else None,
+        "held_back": text.printable((peak or {}).get("bottleneck", {}).get("name", "-")) if peak else "-",
+        "gpu_curve": [
+            (level_load(level), figures["sm_busiest"], figures["pcie_mb_s"])
+            for level in good
+            if (figures := gpu_telemetry.headline(level.get("gpus")))
+        ],
         "status": text.printable(run.get("status", "?")),
         "c1_ci": ((one or {}).get("repeats") or {}).get("decode_tok_s_p50", {}).get("ci95"),
         "peak_ci": ((peak or {}).get("repeats") or {}).get("aggregate_tok_s", {}).get("ci95"),
@@ -73,6 +80,7 @@ def _cells(row: dict[str, Any]) -> list[str]:
         str(row["peak_c"] or "-"),
         num(row["peak_ttft_ms"]),
         num(row["peak_itl_ms"], 2),
+        row.get("held_back", "-"),
         row["status"],
     ]
 
@@ -106,13 +114,16 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Aggregate tok/s vs concurrency (log-2 x axis), and per-request tok/s vs aggregate tok/s; a line per layout."""
+    """Aggregate tok/s vs concurrency (log-2 x axis), and per-request tok/s vs aggregate tok/s; a line per layout.
+    With GPU telemetry, below them: the busiest GPU's SM busy % and PCIe traffic by concurrency."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    telemetry = [row for row in rows if row.get("gpu_curve")]
+    figure, panels = plt.subplots(2 if telemetry else 1, 2, figsize=(12, 9 if telemetry else 4.5), squeeze=False)
+    (left, right) = panels[0]
     for row in rows:
         if not row["curve"]:
             continue
@@ -128,7 +139,19 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         title="Throughput by load",
     )
     right.set(xlabel="aggregate output tok/s", ylabel="per-request decode tok/s (p50)", title="Speed per user vs throughput")
-    for axis in (left, right):
+    axes = [left, right]
+    if telemetry:
+        sm_axis, pcie_axis = panels[1]
+        for row in telemetry:
+            load, sm, pcie = zip(*row["gpu_curve"], strict=True)
+            sm_axis.plot(load, sm, marker="o", label=f"{row['layout']} ({row['host']})")
+            pcie_axis.plot(load, pcie, marker="o", label=f"{row['layout']} ({row['host']})")
+        sm_axis.set(xlabel="concurrency", ylabel="SM busy % (busiest GPU, mean)", title="What the GPUs did")
+        pcie_axis.set(xlabel="concurrency", ylabel="PCIe rx+tx MB/s (busiest GPU, mean)", title="PCIe traffic")
+        for axis in (sm_axis, pcie_axis):
+            axis.set_xscale("log", base=2)
+        axes += [sm_axis, pcie_axis]
+    for axis in axes:
         axis.set_ylim(bottom=0)
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=8)

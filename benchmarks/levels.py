@@ -50,16 +50,26 @@ def loadgen_usage(path: Path) -> dict[str, Any] | None:
 
 
 def server_samples(samples: list[dict[str, float]], window: tuple[float, float] | None) -> dict[str, float | None]:
-    """The server's own gen_throughput and running requests, averaged over the measured window."""
+    """The server's own figures over the measured window: throughput, running and queued requests (means and
+    the most running), KV token usage (mean and peak) and the requests it retracted (the counter's rise)."""
     inside = [s for s in samples if window and window[0] <= s["time"] <= window[1]]
 
-    def mean(key: str) -> float | None:
-        values = [s[key] for s in inside if key in s]
-        return sum(values) / len(values) if values else None
+    def values(key: str) -> list[float]:
+        return [s[key] for s in inside if key in s]
 
+    def mean(key: str) -> float | None:
+        found = values(key)
+        return sum(found) / len(found) if found else None
+
+    retracted = values("sglang:num_retracted_requests_total")
     return {
         "gen_throughput": mean("sglang:gen_throughput"),
         "num_running_reqs": mean("sglang:num_running_reqs"),
+        "max_running_reqs": max(values("sglang:num_running_reqs"), default=None),
+        "num_queue_reqs": mean("sglang:num_queue_reqs"),
+        "token_usage": mean("sglang:token_usage"),
+        "max_token_usage": max(values("sglang:token_usage"), default=None),
+        "retracted": max(retracted) - min(retracted) if retracted else None,
         "samples": len(inside),
     }
 

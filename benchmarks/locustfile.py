@@ -67,7 +67,12 @@ WORDS = (
     "where",
     "we",
 )
-METRIC_LINE = re.compile(r"^(sglang:gen_throughput|sglang:num_running_reqs)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", re.MULTILINE)
+# SGLang 0.5.23's own gauges and counter (sglang/srt/observability/metrics_collector.py) a level keeps.
+METRIC_LINE = re.compile(
+    r"^(sglang:gen_throughput|sglang:num_running_reqs|sglang:num_queue_reqs|sglang:token_usage"
+    r"|sglang:num_retracted_requests_total)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$",
+    re.MULTILINE,
+)
 
 
 @events.init_command_line_parser.add_listener
@@ -456,7 +461,7 @@ class StreamingUser(FastHttpUser):
 
 
 def sample_metrics(environment: Environment) -> None:
-    """Sample the server's own throughput and running requests while the level runs."""
+    """Sample the server's own throughput, running and queued requests, KV use and retractions while the level runs."""
     import urllib.request
 
     options = environment.parsed_options

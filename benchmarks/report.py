@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks import bottleneck, gpu_telemetry
 from benchmarks.workload import level_name
 from sglang_layout import tables
 from sglang_layout.tables import number
@@ -48,6 +49,9 @@ def level_table(levels: list[dict[str, Any]]) -> str:
                 _client_cpu(level),
             )
         )
+    if any(level.get("gpus") for level in levels):
+        header = (*header, "SM % max", "PCIe MB/s")
+        rows = [(*row, *_gpu_cells(level)) for row, level in zip(rows, levels, strict=True)]
     if any("goodput" in level for level in levels):
         header = (*header, "good %", "good req/s", "good tok/s")
         rows = [(*row, *_goodput_cells(level)) for row, level in zip(rows, levels, strict=True)]
@@ -62,6 +66,7 @@ def level_table(levels: list[dict[str, Any]]) -> str:
         for lv in levels
         if (lv.get("loadgen") or {}).get("client_bound")
     ]
+    notes += [f"{level_name(lv)} held back by {bottleneck.line(lv)}" for lv in levels if lv.get("bottleneck")]
     notes += [arrival_note(lv) for lv in levels if lv.get("arrival") and lv["arrival"].get("achieved_rate")]
     notes += [
         f"{level_name(lv)}: {lv.get('error') or ', '.join(lv.get('errors', []))}"
@@ -88,6 +93,12 @@ def _goodput_cells(level: dict[str, Any]) -> tuple[str, str, str]:
     if not good:
         return ("-", "-", "-")
     return (number(100 * good["good_fraction"]), number(good["good_request_rate"], 2), number(good["good_tok_s"]))
+
+
+def _gpu_cells(level: dict[str, Any]) -> tuple[str, str]:
+    """The busiest GPU's mean SM busy % and the largest mean PCIe rx+tx of one GPU, during the level."""
+    figures = gpu_telemetry.headline(level.get("gpus"))
+    return (number(figures["sm_busiest"], 0), number(figures["pcie_mb_s"], 0)) if figures else ("-", "-")
 
 
 def _client_cpu(level: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import dataset
+from benchmarks import bottleneck, dataset, gpu_telemetry
 from benchmarks.levels import summarize_level
 from benchmarks.processes import stop_process_tree
 from benchmarks.workload import Workload, level_name
@@ -148,7 +148,12 @@ def run_sweep(
         arrival = workload.arrival(key)
         concurrency = None if arrival else int(key)
         measured = workload.measured_requests(key)
-        levels.append(summarize_level(concurrency, path, levels_run.get(key), measured, workload.goodput, arrival))
+        level = summarize_level(concurrency, path, levels_run.get(key), measured, workload.goodput, arrival)
+        samples = output_dir / f"gpu-level-{key}.txt"  # the server host's GPUs during the level (with --server-host)
+        if samples.is_file():
+            level["gpus"] = gpu_telemetry.summarize(gpu_telemetry.parse_dmon(samples.read_text()), workload.gpu_interval)
+        levels.append(level)
+    bottleneck.attach(levels, server)  # again by the caller with a fuller description of a bare URL's server
     if interrupted["flag"]:
         status = "interrupted"
     elif not levels:

@@ -127,6 +127,7 @@ class Workload:
     min_requests: int = 16
     level_timeout: int = 600
     metrics_interval: float = 1.0
+    gpu_interval: int = 1  # seconds between nvidia-smi dmon samples on the server host (0: off; --server-host only)
     flush_cache: bool = False  # SGLang's /flush_cache before each level
     repeats: int = 1  # each level measured this many times; figures as means with 95% intervals
     processes: int = 1  # Locust --processes: load-generator cores (more than ~128 fast streams per core)
@@ -214,6 +215,13 @@ class Workload:
             type=bounded(0, 3600, kind=float),
             default=field_default("metrics_interval"),
             help="seconds between /metrics samples (0: off)",
+        )
+        add(
+            "--gpu-interval",
+            type=bounded(0, 3600),
+            default=field_default("gpu_interval"),
+            help="seconds between samples of the server host's GPUs (nvidia-smi dmon) during each level (0: off); "
+            "with --server-host only",
         )
         add(
             "--processes",
@@ -352,4 +360,5 @@ class Workload:
             "bench_level_timeout": self.level_timeout,
             "bench_processes": self.processes,
             "bench_flush_cache": self.flush_cache,
+            "bench_gpu_interval": self.gpu_interval,
         }

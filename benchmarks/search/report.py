@@ -160,6 +160,15 @@ def effect_rows(state: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, out
 
 
+def held_back_lines(state: dict[str, Any]) -> list[str]:
+    """What held each measured candidate back at its peak level (benchmarks/bottleneck.py's rules)."""
+    return [
+        f"{e['name']} (C={e['held_back']['level']}): {e['held_back']['name']}: {e['held_back']['evidence']}"
+        for e in state["candidates"]
+        if e.get("held_back")
+    ]
+
+
 def text(state: dict[str, Any], entries: dict[str, Any]) -> str:
     lines = [f"\nsearch {state['id']} on {state['host']}", tables.text_table(HEADER, rows(state, note_width=70)), economy(state)]
     header, effect = effect_rows(state)
@@ -167,6 +176,8 @@ def text(state: dict[str, Any], entries: dict[str, Any]) -> str:
         lines += ["", "what each knob did (against the same layout on its declared flags):", tables.text_table(header, effect)]
     if said := sglang_lines(state, per_candidate=3):
         lines += ["", "what the installed SGLang will really run (its own checks, before any launch):", *said]
+    if held := held_back_lines(state):
+        lines += ["", "what held each candidate back at its peak level:", *held]
     winners = state.get("winners") or {}
     lines.append("")
     asked = {"capacity": bool(state.get("slo")), "goodput": bool(state["workload"].get("goodput"))}
@@ -200,6 +211,9 @@ def markdown(state: dict[str, Any], entries: dict[str, Any], plot: Path | None) 
         parts.append(tables.markdown_table(header, effect))
     if said := sglang_lines(state):
         parts += ["", "## What the installed SGLang will really run\n", "```text", *said, "```"]
+    if held := held_back_lines(state):
+        parts += ["", "## What held each candidate back\n", "At its peak level, by the rules of docs/benchmarks.md.\n"]
+        parts += [f"- {line}" for line in held]
     entry = winner_entry(state, entries)
     if entry:
         parts += ["", "## The winner as a declaration\n", "```yaml", entry.rstrip(), "```"]
@@ -219,7 +233,9 @@ def plot(state: dict[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     effect = stages.effects(state["candidates"], ["c1", "peak"])
-    figure, panels = plt.subplots(1, 4 if effect else 3, figsize=(23 if effect else 17, 5))
+    telemetry = [e for e in measured if e.get("gpu_curve")]
+    count = 3 + bool(effect) + bool(telemetry)
+    figure, panels = plt.subplots(1, count, figsize=(5.8 * count, 5))
     curves, trade, loads = panels[:3]
     points = []
     for entry in measured:
@@ -241,6 +257,8 @@ def plot(state: dict[str, Any], path: Path) -> Path | None:
         axes.legend(fontsize=8)
     if effect:
         _plot_effects(panels[3], effect)
+    if telemetry:
+        _plot_gpus(panels[-1], telemetry)
     figure.tight_layout()
     partial = path.with_name(f".partial-{path.name}")
     figure.savefig(partial, dpi=100, format="png")
@@ -258,6 +276,17 @@ def _plot_effects(axes: Any, effect: list[dict[str, Any]]) -> None:
     axes.set_yticks(range(len(effect)), labels, fontsize=7)
     axes.axvline(0, color="black", linewidth=0.8)
     axes.set(xlabel="% against the same layout's base", title="what each knob did")
+    axes.legend(fontsize=8)
+
+
+def _plot_gpus(axes: Any, measured: list[dict[str, Any]]) -> None:
+    """The busiest GPU's SM busy % against C per candidate, beside the throughput curves."""
+    for entry in measured:
+        cs, sm, _ = zip(*entry["gpu_curve"], strict=True)
+        axes.plot(cs, sm, marker="o", label=entry["name"])
+    axes.set(xscale="log", xlabel="concurrency C", ylabel="SM busy % (busiest GPU, mean)", title="what the GPUs did")
+    axes.set_ylim(0, 100)
+    axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8)
 
 

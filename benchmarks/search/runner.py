@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from benchmarks import results, slo
+from benchmarks import gpu_telemetry, results, slo
 from benchmarks.capacity import measure_levels
 from benchmarks.inventory import Inventory, InventoryError, read_inventory
 from benchmarks.search import manifest, objectives, playbooks, stages
@@ -684,7 +684,9 @@ def _measure(
         finished=results.utc_stamp(),
         scores=objectives.scores(levels, options.slo),
         curve=_curve(levels),
+        gpu_curve=_gpu_curve(levels),
     )
+    entry["held_back"] = _held_back(levels, entry["scores"])
     if status == "interrupted":
         return "interrupted"
     entry["status"] = "measured" if usable else "failed_requests"
@@ -696,6 +698,22 @@ def _measure(
 def _curve(levels: list[dict[str, Any]]) -> list[list[float]]:
     """(C, aggregate tok/s, tok/s per request p50) per usable level: what the plots draw."""
     return [[lv["concurrency"], lv["aggregate_tok_s"], lv["decode_tok_s"]["p50"]] for lv in levels if slo.usable(lv)]
+
+
+def _gpu_curve(levels: list[dict[str, Any]]) -> list[list[float]]:
+    """(C, the busiest GPU's mean SM %, the largest mean PCIe rx+tx MB/s) per usable level with GPU telemetry."""
+    curve = []
+    for level in levels:
+        figures = gpu_telemetry.headline(level.get("gpus"))
+        if figures and slo.usable(level):
+            curve.append([level["concurrency"], figures["sm_busiest"], figures["pcie_mb_s"]])
+    return curve
+
+
+def _held_back(levels: list[dict[str, Any]], scores: dict[str, Any]) -> dict[str, Any] | None:
+    """What held the candidate back at its peak level (benchmarks/bottleneck.py), or None."""
+    at_peak = next((lv for lv in levels if lv.get("concurrency") == scores.get("peak_c") and lv.get("bottleneck")), None)
+    return {"level": at_peak["concurrency"], **at_peak["bottleneck"]} if at_peak else None
 
 
 def _winners(state: dict[str, Any], options: SearchOptions) -> dict[str, Any]:

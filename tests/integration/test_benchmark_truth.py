@@ -13,6 +13,7 @@ from bisect import bisect_left, bisect_right
 
 import pytest
 
+from benchmarks import gpu_telemetry
 from tests.alone import exclusive_turn
 from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.gpu_host import true_decode_tok_s
@@ -82,3 +83,19 @@ def test_per_request_and_aggregate_rates_match_the_server(benchmarked, concurren
     assert level["achieved_concurrency"] == pytest.approx(concurrency, rel=0.05)
     server = level["server_metrics"]["gen_throughput"]
     assert server is None or server == pytest.approx(true_aggregate, rel=0.15)  # a 1 s gauge, sampled: a rough check
+
+
+def test_every_level_says_what_the_gpus_did_and_what_held_it_back(benchmarked):
+    """The box's GPUs sampled every second during each level (nvidia-smi dmon on the server host; the stand-in's
+    draws them from the server's own tokens/s against its roofline): ep8 uses all eight. At C=1 (65 of 961 tok/s)
+    SM busy is about 7% and no rule holds; at C=64, on the roofline, it is 90% or more: GPU compute."""
+    stdout, _, run, _ = benchmarked
+    levels = {level["concurrency"]: level for level in run["levels"]}
+    for level in levels.values():
+        assert sorted(level["gpus"]["per_gpu"]) == [str(gpu) for gpu in range(8)] and level["gpus"]["samples"] >= 1
+        assert level["gpus"]["per_gpu"]["0"]["fb"]["mean"] == pytest.approx(0.88 * 94.97 * 1024, rel=0.01)
+    alone, full = gpu_telemetry.headline(levels[1]["gpus"]), gpu_telemetry.headline(levels[64]["gpus"])
+    assert alone["sm_busiest"] == pytest.approx(99 * true_decode_tok_s("tp8-ep8-pp1-dp1", 1) / 961, abs=3)
+    assert levels[1]["bottleneck"]["name"] == "not identified", levels[1]["bottleneck"]
+    assert full["sm_busiest"] >= 90 and levels[64]["bottleneck"]["name"] == "GPU compute", levels[64]["bottleneck"]
+    assert "C=64 held back by GPU compute: SM busy" in stdout and "SM % max" in stdout

@@ -24,7 +24,8 @@ from sglang import __version__
 from sglang.simulation import Simulation, active_effects, factor
 
 TOKEN = " tok"
-OPEN_PATHS = ("/health", "/health_generate", "/ready", "/metrics")
+# SGLang's open paths; /standin/load (STAND-IN only, counts and no secret) is what its nvidia-smi reads.
+OPEN_PATHS = ("/health", "/health_generate", "/ready", "/metrics", "/standin/load")
 
 
 class Server:
@@ -46,6 +47,11 @@ class Server:
         cap = int(getattr(args, "max_running_requests", None) or sim.max_running_requests or 0)
         self.slots = asyncio.Semaphore(cap) if cap > 0 else None
         self.queued = 0
+        # The KV cache in tokens: SGLang's --max-total-tokens (its memory pool), else the simulation's (0: unbounded).
+        self.kv_tokens = int(getattr(args, "max_total_tokens", None) or sim.kv_tokens or 0)
+        self.kv_used = 0  # tokens the decoding requests hold
+        self.retracted_total = 0
+        self.sizes = dict(zip(("tp", "ep", "pp", "dp"), sizes, strict=True))
         self.flushes = 0  # /flush_cache calls, reported on /standin/emitted for tests
         self.arrivals: collections.deque[float] = collections.deque(maxlen=2_000_000)  # when each request came in
         self.prompts: collections.deque[str] = collections.deque(maxlen=10_000)  # what each asked, as text
@@ -66,6 +72,7 @@ class Server:
         get("/v1/models", self.models)
         get("/metrics", self.metrics)
         get("/standin/emitted", self.emitted_route)
+        get("/standin/load", self.load_route)
         post("/generate", self.generate)
         post("/v1/chat/completions", self.chat)
         post("/v1/completions", self.completions)
@@ -118,15 +125,45 @@ class Server:
             made += size
         return steps
 
+    async def _room(self, tokens: int) -> None:
+        """Wait until the KV cache holds `tokens` more (SGLang's retracted request waiting to be scheduled again)."""
+        while self.kv_used + tokens > self.kv_tokens:
+            await asyncio.sleep(0.005)
+
     async def _decode(self, count: int) -> AsyncIterator[int]:
         """The cumulative token count after each decode step, on absolute deadlines: the first step after the
-        prefill, each next one an inter-token time later (x the speculative step factor, with a draft)."""
+        prefill, each next one an inter-token time later (x the speculative step factor, with a draft). With a
+        bounded KV cache, a step that does not fit retracts the request: its tokens are given back, and once
+        there is room again it holds them anew after a fresh prefill."""
         self.running += 1
         step_factor = self.sim.speculative_step_factor if getattr(self.args, "speculative_algorithm", None) else 1.0
+        held = 0
         try:
+            if self.kv_tokens:
+                await self._room(self.sim.kv_prompt_tokens)
+                held = self.sim.kv_prompt_tokens
+                self.kv_used += held
             deadline = time.monotonic() + self.sim.prefill_ms / 1000.0
             made = 0
             for size in self._steps(count):
+                if self.kv_tokens and self.kv_used + size > self.kv_tokens:
+                    # Retracted: back to the queue, its tokens given back until it fits again.
+                    self.retracted_total += 1
+                    released, held = held, 0
+                    self.kv_used -= released
+                    self.running -= 1
+                    self.queued += 1
+                    try:
+                        await self._room(released + size)
+                    finally:
+                        self.queued -= 1
+                        self.running += 1
+                    held = released
+                    self.kv_used += held
+                    deadline = time.monotonic() + self.sim.prefill_ms / 1000.0
+                if self.kv_tokens:
+                    held += size
+                    self.kv_used += size
                 delay = deadline - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -139,6 +176,7 @@ class Server:
                 deadline += self.itl() * step_factor
         finally:
             self.running -= 1
+            self.kv_used -= held
 
     async def chunks(self, count: int) -> AsyncIterator[int]:
         """The cumulative token count at each chunk sent: every `stream_interval` tokens and at the end.
@@ -210,8 +248,19 @@ class Server:
             f"sglang:num_queue_reqs{label} {float(self.queued)}\n"
             "# TYPE sglang:generation_tokens_total counter\n"
             f"sglang:generation_tokens_total{label} {float(self.generated_total)}\n"
+            "# TYPE sglang:token_usage gauge\n"
+            f"sglang:token_usage{label} {self.kv_used / self.kv_tokens if self.kv_tokens else 0.0}\n"
+            "# TYPE sglang:num_retracted_requests_total counter\n"
+            f"sglang:num_retracted_requests_total{label} {float(self.retracted_total)}\n"
         )
         return web.Response(text=body, content_type="text/plain")
+
+    async def load_route(self, request: web.Request) -> web.Response:
+        """STAND-IN only: what its nvidia-smi needs to draw this server's GPUs: tokens/s now, the roofline, sizes."""
+        now = time.monotonic()
+        self.recent = [t for t in self.recent if now - t <= 1.0]
+        peak = self.peak * factor(self.effects, "peak_factor", self.running) if self.peak else None
+        return web.json_response({"tok_s": float(len(self.recent)), "peak_tok_s": peak, "running": self.running, **self.sizes})
 
     async def emitted_route(self, request: web.Request) -> web.Response:
         """STAND-IN only: when every token left, when every request came in, what it asked and when each chunk was sent."""

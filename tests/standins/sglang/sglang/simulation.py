@@ -56,6 +56,22 @@ class Simulation:
     # the draft costs more than one plain step).
     speculative_accept: list[int] = field(default_factory=lambda: [3, 1, 4, 2])
     speculative_step_factor: float = 1.2
+    # The KV cache, in tokens (0: unbounded; the server's --max-total-tokens wins). Each decoding request
+    # holds kv_prompt_tokens plus what it has generated; a step that would overfill the cache retracts the
+    # request, as SGLang does: it gives its tokens back, waits for room and recomputes its prefill
+    # (sglang:token_usage, num_retracted_requests_total).
+    kv_tokens: int = 0
+    kv_prompt_tokens: int = 0
+    # What the stand-in nvidia-smi's dmon shows for a layout's GPUs (tests/standins/nvidia-smi): SM busy is
+    # gpu_sm_at_roofline % x (tokens/s / the layout's roofline), memory busy 80% of that, power from idle to
+    # gpu_power_w; each GPU moves pcie_kb_per_token x tokens/s x (tp - 1) / tp each way (tensor parallelism's
+    # all-reduces; tp 1 moves none). The other GPUs idle.
+    gpu_sm_at_roofline: float = 99.0
+    gpu_power_w: float = 600.0
+    gpu_idle_power_w: float = 30.0
+    pcie_kb_per_token: float = 64.0
+    pcie_gen: int = 5
+    pcie_width: int = 16
 
     def base_itl_ms(self, tp: int, ep: int, pp: int, dp: int) -> float:
         return float(_per_layout(self.itl_ms, tp, ep, pp, dp) or 10.0)

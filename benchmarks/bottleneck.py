@@ -1,0 +1,110 @@
+"""What held a level back, named by plain rules from its figures, with the evidence. Pure.
+
+The rules, first that holds wins (docs/benchmarks.md, "What held each level back"):
+1. load generator: its busiest process used more than 70% of a core (levels.CLIENT_BOUND_CPU); the
+   server's figures then say little, so this comes first.
+2. KV cache full: SGLang's token usage peaked at 0.95 or more and it retracted requests.
+3. scheduler cap: requests queued (1 or more on average) while the running ones stayed at the cap,
+   `max-running-requests` when the server's arguments say it, else the most that ran (95% of it or more
+   on average): the server would have taken more work but did not admit it.
+4. PCIe: one GPU's receive plus transmit averaged 70% or more of its link both ways (the link's rate
+   from the host's GPU record, PCIe generation and width, after line coding).
+5. GPU compute: one GPU's SM busy averaged 90% or more.
+Otherwise "not identified", with the figures that ruled each out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from benchmarks import gpu_telemetry
+from benchmarks.levels import CLIENT_BOUND_CPU
+
+KV_FULL_USAGE = 0.95
+AT_CAP = 0.95
+QUEUED = 1.0
+PCIE_SHARE = 0.7
+SM_BUSY = 90.0
+
+
+def _figure(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def bottleneck(level: Mapping[str, Any], *, link_mb_s: float | None = None, running_cap: int | None = None) -> dict[str, str]:
+    """{"name", "evidence"} for one measured level (see the module's rules)."""
+    loadgen = level.get("loadgen") or {}
+    server = level.get("server_metrics") or {}
+    gpus = gpu_telemetry.headline(level.get("gpus"))
+    if loadgen.get("client_bound"):
+        busiest = 100 * loadgen["busiest_cpu_fraction"]
+        return {
+            "name": "load generator",
+            "evidence": f"its busiest process used {busiest:.0f}% of a core (over {100 * CLIENT_BOUND_CPU:.0f}%): "
+            "add --processes or load generators",
+        }
+    peak_usage, retracted = server.get("max_token_usage"), server.get("retracted")
+    if peak_usage is not None and peak_usage >= KV_FULL_USAGE and (retracted or 0) >= 1:
+        return {
+            "name": "KV cache full",
+            "evidence": f"token usage peaked at {peak_usage:.2f} and {retracted:.0f} requests were retracted",
+        }
+    running, queued, most = server.get("num_running_reqs"), server.get("num_queue_reqs"), server.get("max_running_reqs")
+    cap = running_cap or most
+    if running is not None and queued is not None and cap and queued >= QUEUED and running >= AT_CAP * cap:
+        where = f"max-running-requests {running_cap}" if running_cap else f"the most that ran, {most:.0f}"
+        return {
+            "name": "scheduler cap",
+            "evidence": f"{running:.1f} requests running on average at {where}, {queued:.1f} queued",
+        }
+    if gpus and link_mb_s and gpus["pcie_mb_s"] >= PCIE_SHARE * 2 * link_mb_s:
+        share = gpus["pcie_mb_s"] / (2 * link_mb_s)
+        return {
+            "name": "PCIe",
+            "evidence": f"GPU {gpus['pcie_gpu']} moved {gpus['pcie_mb_s']:,.0f} MB/s rx+tx on average, "
+            f"{100 * share:.0f}% of its link both ways ({2 * link_mb_s:,.0f} MB/s)",
+        }
+    if gpus and gpus["sm_busiest"] >= SM_BUSY:
+        return {
+            "name": "GPU compute",
+            "evidence": f"SM busy {gpus['sm_busiest']:.0f}% on average on GPU {gpus['sm_busiest_gpu']} "
+            f"({gpus['sm_mean']:.0f}% over all sampled GPUs)",
+        }
+    seen = [f"{_figure(running)} running, {_figure(queued)} queued"]
+    if peak_usage is not None:
+        seen.append(f"token usage at most {peak_usage:.2f}")
+    if gpus:
+        seen.append(f"SM busy at most {gpus['sm_busiest']:.0f}%")
+        if link_mb_s:
+            seen.append(f"PCIe at most {100 * gpus['pcie_mb_s'] / (2 * link_mb_s):.0f}% of the link")
+    else:
+        seen.append("no GPU telemetry")
+    return {"name": "not identified", "evidence": "no rule held: " + ", ".join(seen)}
+
+
+def running_cap(server: Mapping[str, Any]) -> int | None:
+    """max-running-requests from the server's description: /server_info's arguments, or its command line."""
+    args = server.get("server_args") or {}
+    value = args.get("max_running_requests") if isinstance(args, Mapping) else None
+    words = str(server.get("command") or "").split()
+    if value is None and "--max-running-requests" in words[:-1]:
+        value = words[words.index("--max-running-requests") + 1]
+    try:
+        return int(value) if value is not None and int(value) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def attach(levels: list[dict[str, Any]], server: Mapping[str, Any]) -> None:
+    """Name each measured level's bottleneck (in place), with the link and the cap the server's description gives."""
+    link, cap = gpu_telemetry.link_mb_s(server.get("gpus")), running_cap(server)
+    for level in levels:
+        if level.get("status") != "failed":
+            level["bottleneck"] = bottleneck(level, link_mb_s=link, running_cap=cap)
+
+
+def line(level: Mapping[str, Any]) -> str:
+    """The level's bottleneck in one line, for the reports ('' when it has none)."""
+    found = level.get("bottleneck")
+    return f"{found['name']}: {found['evidence']}" if found else ""

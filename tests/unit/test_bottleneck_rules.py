@@ -1,0 +1,69 @@
+"""The bottleneck rules (benchmarks/bottleneck.py): each one from the figures that make it hold, their order,
+and a level where none holds, with the figures that ruled each out."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bottleneck
+
+LINK = 63_016.0  # PCIe Gen5 x16, one direction
+
+
+def gpus(sm: float, pcie: float) -> dict:
+    figure = {"mean": 0.0, "p95": 0.0}
+    per_gpu = {"sm": {"mean": sm, "p95": sm}, "rxpci": {"mean": pcie / 2, "p95": 0}, "txpci": {"mean": pcie / 2, "p95": 0}}
+    return {"interval_s": 1, "samples": 5, "per_gpu": {"0": {**dict.fromkeys(("mem", "fb", "pwr"), figure), **per_gpu}}}
+
+
+def level(**figures: object) -> dict:
+    server = {"num_running_reqs": 3.0, "num_queue_reqs": 0.0, "max_running_reqs": 4.0, "max_token_usage": 0.3, "retracted": 0.0}
+    return {
+        "server_metrics": {**server, **figures.pop("server", {})},
+        "loadgen": figures.pop("loadgen", {"busiest_cpu_fraction": 0.2, "client_bound": False}),
+        "gpus": figures.pop("gpus", gpus(40, 1000)),
+    }
+
+
+@pytest.mark.parametrize(
+    ("figures", "name", "evidence"),
+    [
+        ({"loadgen": {"busiest_cpu_fraction": 0.85, "client_bound": True}}, "load generator", "used 85% of a core (over 70%)"),
+        ({"server": {"max_token_usage": 0.99, "retracted": 12.0}}, "KV cache full", "at 0.99 and 12 requests were retracted"),
+        ({"server": {"num_running_reqs": 32.0, "num_queue_reqs": 14.2}}, "scheduler cap", "max-running-requests 32, 14.2 queued"),
+        ({"gpus": gpus(50, 0.8 * 2 * LINK)}, "PCIe", "80% of its link both ways (126,032 MB/s)"),
+        ({"gpus": gpus(95, 1000)}, "GPU compute", "SM busy 95% on average on GPU 0"),
+        ({}, "not identified", "3.0 running, 0.0 queued, token usage at most 0.30, SM busy at most 40%, PCIe at most 1%"),
+    ],
+)
+def test_each_rule_names_its_bottleneck_with_evidence(figures, name, evidence):
+    found = bottleneck.bottleneck(level(**figures), link_mb_s=LINK, running_cap=32)
+    assert found["name"] == name and evidence in found["evidence"], found
+
+
+def test_the_first_rule_that_holds_wins_and_what_is_missing_rules_nothing_in():
+    everything = level(
+        loadgen={"busiest_cpu_fraction": 0.9, "client_bound": True},
+        server={"max_token_usage": 1.0, "retracted": 3.0, "num_running_reqs": 32.0, "num_queue_reqs": 5.0},
+        gpus=gpus(99, 2 * LINK),
+    )
+    assert bottleneck.bottleneck(everything, link_mb_s=LINK, running_cap=32)["name"] == "load generator"
+    # A full cache without a retraction is not called full; without a known cap, the most that ran is the cap.
+    almost = level(server={"max_token_usage": 0.99, "retracted": 0.0, "num_running_reqs": 3.9, "num_queue_reqs": 2.0})
+    found = bottleneck.bottleneck(almost)
+    assert found["name"] == "scheduler cap" and "at the most that ran, 4" in found["evidence"]
+    # No link known: PCIe is never named; no GPU telemetry: said so.
+    assert bottleneck.bottleneck(level(gpus=gpus(10, 10 * LINK)))["name"] == "not identified"
+    bare = bottleneck.bottleneck({"server_metrics": {}, "loadgen": None})
+    assert bare == {"name": "not identified", "evidence": "no rule held: - running, - queued, no GPU telemetry"}
+
+
+def test_the_cap_comes_from_server_info_or_the_command_line_and_attach_skips_failed_levels():
+    assert bottleneck.running_cap({"server_args": {"max_running_requests": 48}}) == 48
+    assert bottleneck.running_cap({"command": "python -m sglang.launch_server --max-running-requests 16 --tp 8"}) == 16
+    assert bottleneck.running_cap({"server_args": {"max_running_requests": None}, "command": "x --tp 8"}) is None
+    assert bottleneck.running_cap({"command": "x --max-running-requests nope"}) is None
+    levels = [{**level(), "status": "ok"}, {"status": "failed"}]
+    bottleneck.attach(levels, {"gpus": {"pcie_gen": 5, "pcie_width": 16}})
+    assert levels[0]["bottleneck"]["name"] == "not identified" and "bottleneck" not in levels[1]
+    assert bottleneck.line(levels[0]).startswith("not identified: no rule held") and bottleneck.line(levels[1]) == ""
