@@ -71,6 +71,12 @@ def bottleneck(level: Mapping[str, Any], *, link_mb_s: float | None = None, runn
             "evidence": f"SM busy {gpus['sm_busiest']:.0f}% on average on GPU {gpus['sm_busiest_gpu']} "
             f"({gpus['sm_mean']:.0f}% over all sampled GPUs)",
         }
+    if running is None and not gpus:
+        return {
+            "name": "not identified",
+            "evidence": "nothing to judge by: no /metrics samples (serve with --enable-metrics, sample with "
+            "--metrics-interval) and no GPU telemetry (--server-host)",
+        }
     seen = [f"{_figure(running)} running, {_figure(queued)} queued"]
     if peak_usage is not None:
         seen.append(f"token usage at most {peak_usage:.2f}")

@@ -24,7 +24,8 @@ from tests.rehearsal.gpu_host import GPU_HOST, true_aggregate_tok_s, true_decode
 # Its searches measure under the exclusive turn, their deploys beside the other worker (tests/alone.py).
 pytestmark = pytest.mark.alone_inside
 
-WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0")
+# No GPU sampling here (its start and stop add about a second to every level): test_benchmark_truth.py checks it.
+WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0", "--gpu-interval", "0")
 # The knee at 25%: with 32-token requests each user's turnaround holds C=16 under the roofline by 5-15%
 # (more on a slower machine), which C=64's queue fills; a layout with room left gains 50% or more.
 # Staged on the best layout for peak: one flag axis, one environment axis (GPU_HOST's "effects").

@@ -18,7 +18,9 @@ from tests.rehearsal.gpu_pair import Pair, changed_json, model_config
 
 ONE_BOX = {"tp8": "tp8-ep1-pp1-dp1", "pp8": "tp1-ep1-pp8-dp1", "ep8": "tp8-ep8-pp1-dp1", "ep4": "tp8-ep4-pp1-dp1"}
 CANDIDATES = ",".join([*ONE_BOX, "tp16"])
-WORKLOAD = ("--levels", "1,16", "--output-tokens", "16", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0")
+# No GPU sampling (about a second more per level): test_benchmark_truth.py checks it.
+WORKLOAD = ("--levels", "1,16", "--output-tokens", "16", "--rounds", "2", "--min-requests", "4")
+WORKLOAD += ("--metrics-interval", "0", "--gpu-interval", "0")
 
 
 def search(pair: Pair, results: Path, hosts: str, *options: str, layouts: str = CANDIDATES):

@@ -54,8 +54,10 @@ def test_the_first_rule_that_holds_wins_and_what_is_missing_rules_nothing_in():
     assert found["name"] == "scheduler cap" and "at the most that ran, 4" in found["evidence"]
     # No link known: PCIe is never named; no GPU telemetry: said so.
     assert bottleneck.bottleneck(level(gpus=gpus(10, 10 * LINK)))["name"] == "not identified"
-    bare = bottleneck.bottleneck({"server_metrics": {}, "loadgen": None})
-    assert bare == {"name": "not identified", "evidence": "no rule held: - running, - queued, no GPU telemetry"}
+    bare = bottleneck.bottleneck({"server_metrics": {"samples": 0}, "loadgen": None})
+    assert bare["name"] == "not identified" and bare["evidence"].startswith("nothing to judge by: no /metrics samples")
+    partial = bottleneck.bottleneck({"server_metrics": {"num_running_reqs": 2.0}, "gpus": None})
+    assert partial["evidence"] == "no rule held: 2.0 running, - queued, no GPU telemetry"
 
 
 def test_the_cap_comes_from_server_info_or_the_command_line_and_attach_skips_failed_levels():
