@@ -7,9 +7,9 @@ The rules, first that holds wins (docs/benchmarks.md, "What held each level back
 3. scheduler cap: requests queued (1 or more on average) while the running ones stayed at the cap,
    `max-running-requests` when the server's arguments say it, else the most that ran (95% of it or more
    on average): the server would have taken more work but did not admit it.
-4. PCIe: one GPU's receive plus transmit averaged 70% or more of its link both ways (the link's rate
-   from the host's GPU record, PCIe generation and width, after line coding).
-5. GPU compute: one GPU's SM busy averaged 90% or more.
+4. PCIe: one GPU's receive plus transmit (its median over the level) reached 70% of its link both ways
+   (the link's rate from the host's GPU record, PCIe generation and width, after line coding).
+5. GPU compute: one GPU's SM busy (its median over the level) was 90% or more.
 Otherwise "not identified", with the figures that ruled each out.
 """
 
@@ -62,13 +62,13 @@ def bottleneck(level: Mapping[str, Any], *, link_mb_s: float | None = None, runn
         share = gpus["pcie_mb_s"] / (2 * link_mb_s)
         return {
             "name": "PCIe",
-            "evidence": f"GPU {gpus['pcie_gpu']} moved {gpus['pcie_mb_s']:,.0f} MB/s rx+tx on average, "
+            "evidence": f"GPU {gpus['pcie_gpu']} moved {gpus['pcie_mb_s']:,.0f} MB/s rx+tx (median), "
             f"{100 * share:.0f}% of its link both ways ({2 * link_mb_s:,.0f} MB/s)",
         }
     if gpus and gpus["sm_busiest"] >= SM_BUSY:
         return {
             "name": "GPU compute",
-            "evidence": f"SM busy {gpus['sm_busiest']:.0f}% on average on GPU {gpus['sm_busiest_gpu']} "
+            "evidence": f"SM busy {gpus['sm_busiest']:.0f}% (median) on GPU {gpus['sm_busiest_gpu']} "
             f"({gpus['sm_mean']:.0f}% over all sampled GPUs)",
         }
     if running is None and not gpus:

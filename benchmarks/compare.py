@@ -146,8 +146,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             load, sm, pcie = zip(*row["gpu_curve"], strict=True)
             sm_axis.plot(load, sm, marker="o", label=f"{row['layout']} ({row['host']})")
             pcie_axis.plot(load, pcie, marker="o", label=f"{row['layout']} ({row['host']})")
-        sm_axis.set(xlabel="concurrency", ylabel="SM busy % (busiest GPU, mean)", title="What the GPUs did")
-        pcie_axis.set(xlabel="concurrency", ylabel="PCIe rx+tx MB/s (busiest GPU, mean)", title="PCIe traffic")
+        sm_axis.set(xlabel="concurrency", ylabel="SM busy % (busiest GPU, median)", title="What the GPUs did")
+        pcie_axis.set(xlabel="concurrency", ylabel="PCIe rx+tx MB/s (busiest GPU, median)", title="PCIe traffic")
         for axis in (sm_axis, pcie_axis):
             axis.set_xscale("log", base=2)
         axes += [sm_axis, pcie_axis]

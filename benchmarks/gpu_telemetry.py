@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-# What each level keeps per GPU (mean and p95): SM busy %, memory-bandwidth busy %, framebuffer used (MB),
+# What each level keeps per GPU (mean, median and p95): SM busy %, memory-bandwidth busy %, framebuffer used (MB),
 # power (W), PCIe receive and transmit (MB/s).
 FIELDS = ("sm", "mem", "fb", "pwr", "rxpci", "txpci")
 # PCIe per lane and direction, in MB/s, after line coding (gen -> GT/s x 128/130 / 8, gen 1-2 8b/10b).
@@ -51,7 +51,7 @@ def parse_dmon(text: str) -> list[dict[str, Any]]:
 
 
 def summarize(samples: Iterable[Mapping[str, Any]], interval_s: float) -> dict[str, Any] | None:
-    """Per GPU, the mean and p95 of each field over the level; None without a sample."""
+    """Per GPU, the mean, median and p95 of each field over the level; None without a sample."""
     by_gpu: dict[int, list[Mapping[str, Any]]] = {}
     for sample in samples:
         by_gpu.setdefault(int(sample["gpu"]), []).append(sample)
@@ -62,7 +62,11 @@ def summarize(samples: Iterable[Mapping[str, Any]], interval_s: float) -> dict[s
         figures = {}
         for name in FIELDS:
             values = np.asarray([r[name] for r in rows if r.get(name) is not None], dtype=float)
-            figures[name] = {"mean": float(values.mean()), "p95": float(np.percentile(values, 95))} if values.size else None
+            figures[name] = (
+                {"mean": float(values.mean()), "p50": float(np.median(values)), "p95": float(np.percentile(values, 95))}
+                if values.size
+                else None
+            )
         per_gpu[str(gpu)] = figures
     return {"interval_s": interval_s, "samples": max(len(rows) for rows in by_gpu.values()), "per_gpu": per_gpu}
 
@@ -79,23 +83,25 @@ def link_mb_s(gpus: Mapping[str, Any] | None) -> float | None:
 
 
 def headline(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The level's GPUs in three figures: the busiest GPU's mean SM %, all GPUs' mean SM %, and the largest
-    mean PCIe rx+tx of one GPU (MB/s), with which GPU; None without telemetry."""
+    """The level's GPUs in a few figures, each a GPU's median over the level (the sampler starts before the
+    level's first request and stops after its last, so a mean would count those idle edges): the busiest
+    GPU's SM %, all GPUs' SM %, the largest PCIe rx+tx of one GPU (MB/s), with which GPU; the summed power.
+    None without telemetry."""
     if not summary or not summary.get("per_gpu"):
         return None
     per_gpu = summary["per_gpu"]
 
-    def mean(gpu: str, name: str) -> float:
+    def typical(gpu: str, name: str) -> float:
         figure = per_gpu[gpu].get(name)
-        return figure["mean"] if figure else 0.0
+        return figure.get("p50", figure["mean"]) if figure else 0.0
 
-    busiest = max(per_gpu, key=lambda gpu: mean(gpu, "sm"))
-    pcie = max(per_gpu, key=lambda gpu: mean(gpu, "rxpci") + mean(gpu, "txpci"))
+    busiest = max(per_gpu, key=lambda gpu: typical(gpu, "sm"))
+    pcie = max(per_gpu, key=lambda gpu: typical(gpu, "rxpci") + typical(gpu, "txpci"))
     return {
-        "sm_busiest": mean(busiest, "sm"),
+        "sm_busiest": typical(busiest, "sm"),
         "sm_busiest_gpu": int(busiest),
-        "sm_mean": sum(mean(gpu, "sm") for gpu in per_gpu) / len(per_gpu),
-        "pcie_mb_s": mean(pcie, "rxpci") + mean(pcie, "txpci"),
+        "sm_mean": sum(typical(gpu, "sm") for gpu in per_gpu) / len(per_gpu),
+        "pcie_mb_s": typical(pcie, "rxpci") + typical(pcie, "txpci"),
         "pcie_gpu": int(pcie),
-        "power_w": sum(mean(gpu, "pwr") for gpu in per_gpu),
+        "power_w": sum(typical(gpu, "pwr") for gpu in per_gpu),
     }

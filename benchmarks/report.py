@@ -50,7 +50,7 @@ def level_table(levels: list[dict[str, Any]]) -> str:
             )
         )
     if any(level.get("gpus") for level in levels):
-        header = (*header, "SM % max", "PCIe MB/s")
+        header = (*header, "GPU SM %", "PCIe MB/s")
         rows = [(*row, *_gpu_cells(level)) for row, level in zip(rows, levels, strict=True)]
     if any("goodput" in level for level in levels):
         header = (*header, "good %", "good req/s", "good tok/s")
@@ -96,7 +96,7 @@ def _goodput_cells(level: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _gpu_cells(level: dict[str, Any]) -> tuple[str, str]:
-    """The busiest GPU's mean SM busy % and the largest mean PCIe rx+tx of one GPU, during the level."""
+    """The busiest GPU's SM busy % and the largest PCIe rx+tx of one GPU, each its median over the level."""
     figures = gpu_telemetry.headline(level.get("gpus"))
     return (number(figures["sm_busiest"], 0), number(figures["pcie_mb_s"], 0)) if figures else ("-", "-")
 

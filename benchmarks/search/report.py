@@ -284,7 +284,7 @@ def _plot_gpus(axes: Any, measured: list[dict[str, Any]]) -> None:
     for entry in measured:
         cs, sm, _ = zip(*entry["gpu_curve"], strict=True)
         axes.plot(cs, sm, marker="o", label=entry["name"])
-    axes.set(xscale="log", xlabel="concurrency C", ylabel="SM busy % (busiest GPU, mean)", title="what the GPUs did")
+    axes.set(xscale="log", xlabel="concurrency C", ylabel="SM busy % (busiest GPU, median)", title="what the GPUs did")
     axes.set_ylim(0, 100)
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8)

@@ -701,7 +701,7 @@ def _curve(levels: list[dict[str, Any]]) -> list[list[float]]:
 
 
 def _gpu_curve(levels: list[dict[str, Any]]) -> list[list[float]]:
-    """(C, the busiest GPU's mean SM %, the largest mean PCIe rx+tx MB/s) per usable level with GPU telemetry."""
+    """(C, the busiest GPU's SM %, the largest PCIe rx+tx MB/s, medians) per usable level with GPU telemetry."""
     curve = []
     for level in levels:
         figures = gpu_telemetry.headline(level.get("gpus"))

@@ -88,7 +88,8 @@ def test_per_request_and_aggregate_rates_match_the_server(benchmarked, concurren
 def test_every_level_says_what_the_gpus_did_and_what_held_it_back(benchmarked):
     """The box's GPUs sampled every second during each level (nvidia-smi dmon on the server host; the stand-in's
     draws them from the server's own tokens/s against its roofline): ep8 uses all eight. At C=1 (65 of 961 tok/s)
-    SM busy is about 7% and no rule holds; at C=64, on the roofline, it is 90% or more: GPU compute."""
+    SM busy is about 7% and no rule holds; at C=64, on the roofline, it is 90% or more (medians over the level,
+    whose first and last samples are taken before its first request and after its last): GPU compute."""
     stdout, _, run, _ = benchmarked
     levels = {level["concurrency"]: level for level in run["levels"]}
     for level in levels.values():
@@ -98,4 +99,4 @@ def test_every_level_says_what_the_gpus_did_and_what_held_it_back(benchmarked):
     assert alone["sm_busiest"] == pytest.approx(99 * true_decode_tok_s("tp8-ep8-pp1-dp1", 1) / 961, abs=3)
     assert levels[1]["bottleneck"]["name"] == "not identified", levels[1]["bottleneck"]
     assert full["sm_busiest"] >= 90 and levels[64]["bottleneck"]["name"] == "GPU compute", levels[64]["bottleneck"]
-    assert "C=64 held back by GPU compute: SM busy" in stdout and "SM % max" in stdout
+    assert "C=64 held back by GPU compute: SM busy" in stdout and "GPU SM %" in stdout

@@ -11,9 +11,11 @@ LINK = 63_016.0  # PCIe Gen5 x16, one direction
 
 
 def gpus(sm: float, pcie: float) -> dict:
-    figure = {"mean": 0.0, "p95": 0.0}
-    per_gpu = {"sm": {"mean": sm, "p95": sm}, "rxpci": {"mean": pcie / 2, "p95": 0}, "txpci": {"mean": pcie / 2, "p95": 0}}
-    return {"interval_s": 1, "samples": 5, "per_gpu": {"0": {**dict.fromkeys(("mem", "fb", "pwr"), figure), **per_gpu}}}
+    def figure(value: float) -> dict:
+        return {"mean": value, "p50": value, "p95": value}
+
+    per_gpu = {"sm": figure(sm), "rxpci": figure(pcie / 2), "txpci": figure(pcie / 2)}
+    return {"interval_s": 1, "samples": 5, "per_gpu": {"0": {**dict.fromkeys(("mem", "fb", "pwr"), figure(0.0)), **per_gpu}}}
 
 
 def level(**figures: object) -> dict:
@@ -32,7 +34,7 @@ def level(**figures: object) -> dict:
         ({"server": {"max_token_usage": 0.99, "retracted": 12.0}}, "KV cache full", "at 0.99 and 12 requests were retracted"),
         ({"server": {"num_running_reqs": 32.0, "num_queue_reqs": 14.2}}, "scheduler cap", "max-running-requests 32, 14.2 queued"),
         ({"gpus": gpus(50, 0.8 * 2 * LINK)}, "PCIe", "80% of its link both ways (126,032 MB/s)"),
-        ({"gpus": gpus(95, 1000)}, "GPU compute", "SM busy 95% on average on GPU 0"),
+        ({"gpus": gpus(95, 1000)}, "GPU compute", "SM busy 95% (median) on GPU 0"),
         ({}, "not identified", "3.0 running, 0.0 queued, token usage at most 0.30, SM busy at most 40%, PCIe at most 1%"),
     ],
 )

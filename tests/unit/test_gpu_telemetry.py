@@ -37,6 +37,7 @@ def test_each_gpu_gets_the_mean_and_p95_of_each_field_and_the_headline_names_the
     assert summary["samples"] == 3 and summary["interval_s"] == 1
     gpu0 = summary["per_gpu"]["0"]
     assert gpu0["sm"]["mean"] == pytest.approx(90.0) and gpu0["sm"]["p95"] == pytest.approx(99.0)
+    assert gpu0["sm"]["p50"] == pytest.approx(90.0)
     assert gpu0["rxpci"]["mean"] == pytest.approx(90_000.0)
     headline = gpu_telemetry.headline(summary)
     assert headline["sm_busiest"] == pytest.approx(90.0) and headline["sm_busiest_gpu"] == 0

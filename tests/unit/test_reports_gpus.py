@@ -11,10 +11,12 @@ from tests.unit.test_search import _state
 
 
 def gpus(sm: float, pcie: float) -> dict:
-    figure = {"mean": 10.0, "p95": 10.0}
-    per_gpu = {name: figure for name in ("mem", "fb", "pwr")}
-    per_gpu |= {"sm": {"mean": sm, "p95": sm}, "rxpci": {"mean": pcie / 2, "p95": 0}, "txpci": {"mean": pcie / 2, "p95": 0}}
-    return {"interval_s": 1, "samples": 4, "per_gpu": {"0": per_gpu, "1": {**per_gpu, "sm": {"mean": 0.0, "p95": 0.0}}}}
+    def figure(value: float) -> dict:
+        return {"mean": value, "p50": value, "p95": value}
+
+    per_gpu = {name: figure(10.0) for name in ("mem", "fb", "pwr")}
+    per_gpu |= {"sm": figure(sm), "rxpci": figure(pcie / 2), "txpci": figure(pcie / 2)}
+    return {"interval_s": 1, "samples": 4, "per_gpu": {"0": per_gpu, "1": {**per_gpu, "sm": figure(0.0)}}}
 
 
 def measured_level(concurrency: int, aggregate: float, sm: float, held: str) -> dict:
@@ -39,10 +41,10 @@ LEVELS = [measured_level(1, 65.0, 6.0, "not identified"), measured_level(64, 961
 
 def test_the_level_table_shows_the_busiest_gpu_and_what_held_each_level_back():
     text = report.level_table(LEVELS)
-    assert "SM % max" in text and "PCIe MB/s" in text
+    assert "GPU SM %" in text and "PCIe MB/s" in text
     assert "C=1 held back by not identified: because of C=1" in text
     assert "C=64 held back by GPU compute: because of C=64" in text
-    assert "SM % max" not in report.level_table([{**level, "gpus": None} for level in LEVELS])
+    assert "GPU SM %" not in report.level_table([{**level, "gpus": None} for level in LEVELS])
 
 
 def test_compare_names_what_held_each_layout_back_at_its_peak_and_plots_the_gpus(tmp_path):
