@@ -56,9 +56,12 @@ def test_two_instances_share_a_box_on_their_own_gpus_and_swap_alone(two_instance
     )
     assert done.returncode == 0, done.stdout + done.stderr
     (path,) = results.rglob("*.json")
-    server = json.loads(path.read_text())["server"]
+    run = json.loads(path.read_text())
+    server = run["server"]
     assert (server["layout"], server["unit"]) == ("tp4ep4", "sglang-k26-tp4ep4.r1.service")
     assert server["url"].endswith(f":{both.ports['r1']}")
+    # Its GPUs only were sampled during the level: r1's slice, 4-7 (its unit's CUDA_VISIBLE_DEVICES).
+    assert sorted(run["levels"][0]["gpus"]["per_gpu"]) == ["4", "5", "6", "7"]
 
 
 def test_a_bad_instance_is_refused_naming_the_field(provisioned, tmp_path):
