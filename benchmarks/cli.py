@@ -323,6 +323,7 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
                 api_key=key,
                 prompts_file=prompts_file,
             )
+            bottleneck.attach(sweep.levels, record["server"])  # again: the sweep knew no /server_info (its cap)
         else:
             print(f"benchmarking the active layout of {args.server_host}, {loads}", flush=True)
             sweep = _measure(
@@ -336,7 +337,6 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
             )
             record["server"] = sweep.server
             layout = layout or sweep.server.get("layout", "")
-        bottleneck.attach(sweep.levels, record["server"])  # a bare URL's server described by its /server_info
     except EndpointError as exc:
         record.update(status="failed", error=str(exc), levels=[])
         path = results.save_record(record, args.results_dir, host or "unknown", layout or "unknown")

@@ -64,7 +64,7 @@ def level_table(levels: list[dict[str, Any]]) -> str:
         f"{level_name(lv)}: client-bound: a load-generator process used {100 * lv['loadgen']['busiest_cpu_fraction']:.0f}% "
         "of a core; its figures understate the server (add --processes)"
         for lv in levels
-        if (lv.get("loadgen") or {}).get("client_bound")
+        if (lv.get("loadgen") or {}).get("client_bound") and not lv.get("bottleneck")  # else said by its bottleneck line
     ]
     notes += [f"{level_name(lv)} held back by {bottleneck.line(lv)}" for lv in levels if lv.get("bottleneck")]
     notes += [arrival_note(lv) for lv in levels if lv.get("arrival") and lv["arrival"].get("achieved_rate")]

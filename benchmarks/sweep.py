@@ -153,7 +153,7 @@ def run_sweep(
         if samples.is_file():
             level["gpus"] = gpu_telemetry.summarize(gpu_telemetry.parse_dmon(samples.read_text()), workload.gpu_interval)
         levels.append(level)
-    bottleneck.attach(levels, server)  # again by the caller with a fuller description of a bare URL's server
+    bottleneck.attach(levels, server)  # a bare URL's caller names them again with its /server_info
     if interrupted["flag"]:
         status = "interrupted"
     elif not levels:
