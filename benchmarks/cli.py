@@ -39,6 +39,7 @@ class Command:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.set_defaults(environment_key="")  # `main` sets the $SGLANG_API_KEY it took out of the environment
     sub = parser.add_subparsers(dest="command", required=True)
     for command in commands():
         command.add_arguments(sub.add_parser(command.name, help=command.help))
@@ -228,9 +229,8 @@ def command_search(args: argparse.Namespace) -> int:
 
 
 def api_key(args: argparse.Namespace) -> str:
-    """The key from --api-key, --api-key-file or $SGLANG_API_KEY (in that order); the variable is taken out of
-    this process's environment, so that no child inherits it."""
-    from_environment = os.environ.pop(API_KEY_VARIABLE, "")
+    """The key from --api-key, --api-key-file or $SGLANG_API_KEY (in that order); `main` took the variable out
+    of this process's environment before anything could start a child."""
     if args.api_key:
         return args.api_key
     if args.api_key_file:
@@ -238,7 +238,7 @@ def api_key(args: argparse.Namespace) -> str:
             return args.api_key_file.read_text().strip()
         except OSError as exc:
             raise EndpointError(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from exc
-    return from_environment
+    return args.environment_key
 
 
 def command_run(args: argparse.Namespace) -> int:
@@ -406,5 +406,8 @@ def _layout_from_info(info: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First of all: `git describe` for the record and ansible-runner are children, and would inherit it.
+    environment_key = os.environ.pop(API_KEY_VARIABLE, "")
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args.environment_key = environment_key
     return args.handle(args)

@@ -70,9 +70,11 @@ def processes_holding(secret: str) -> Iterator[dict[int, str]]:
         while not done.is_set():
             for process in psutil.process_iter():
                 with contextlib.suppress(psutil.Error):
-                    words = [*process.cmdline(), *(f"{k}={v}" for k, v in process.environ().items())]
-                    if any(secret in word for word in words):
-                        seen.setdefault(process.pid, " ".join(process.cmdline())[:100])
+                    command = process.cmdline()
+                    words = [*command, *(f"{k}={v}" for k, v in process.environ().items())]
+                    # A child caught between fork and exec shows its parent's environment: read it again later.
+                    if any(secret in word for word in words) and process.cmdline() == command:
+                        seen.setdefault(process.pid, " ".join(command)[:100])
             done.wait(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)

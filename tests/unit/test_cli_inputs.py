@@ -64,11 +64,23 @@ def test_a_full_disk_leaves_no_partial_record(tmp_path, monkeypatch):
     assert [path.name for path in tmp_path.rglob("*") if path.is_file()] == []
 
 
-def test_the_api_key_variable_is_read_once_and_no_child_inherits_it(monkeypatch):
+def test_the_api_key_variable_is_taken_out_before_any_child_can_inherit_it(monkeypatch, tmp_path):
+    """The record's `git describe` is the first child of a run: it must not see the key (it did, once)."""
+    seen_by_children: list[str | None] = []
+
+    def first_child() -> str:
+        seen_by_children.append(os.environ.get("SGLANG_API_KEY"))
+        raise SystemExit(7)  # enough: what matters is what it saw
+
     monkeypatch.setenv("SGLANG_API_KEY", "sk-test-not-real")
-    args = cli.build_parser().parse_args(["run", "--url", UNREACHABLE])
-    assert cli.api_key(args) == "sk-test-not-real"
+    monkeypatch.setattr(results, "project_commit", first_child)
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--url", UNREACHABLE, "--results-dir", str(tmp_path / "r")])
+    assert seen_by_children == [None]
     assert "SGLANG_API_KEY" not in os.environ
+    args = cli.build_parser().parse_args(["run", "--url", UNREACHABLE])
+    args.environment_key = "sk-test-not-real"
+    assert cli.api_key(args) == "sk-test-not-real"
     monkeypatch.setenv("SGLANG_API_KEY", "again")
     assert "SGLANG_API_KEY" not in inventory.tool_env()
 
