@@ -75,7 +75,7 @@ def bottleneck(level: Mapping[str, Any], *, link_mb_s: float | None = None, runn
         return {
             "name": "not identified",
             "evidence": "nothing to judge by: no /metrics samples (serve with --enable-metrics, sample with "
-            "--metrics-interval) and no GPU telemetry (--server-host)",
+            "--metrics-interval) and no GPU telemetry (--server-host, with --gpu-interval above 0)",
         }
     seen = [f"{_figure(running)} running, {_figure(queued)} queued"]
     if peak_usage is not None:
