@@ -7,14 +7,17 @@ the box shows the step under way, and the box must end with one layout serving, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.integration.test_deploy import active_fact, deploy, enabled_units, serving_only, state, unit
@@ -39,18 +42,37 @@ def slow_loads(provisioned) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def controller(provisioned, layout: str, log: Path, *options: str) -> Iterator[subprocess.Popen]:
+@dataclass
+class Controller:
     """deploy.yml in its own session, as a terminal runs it: a signal to its group reaches it and its ssh."""
+
+    process: subprocess.Popen
+    workers: list[psutil.Process] = field(default_factory=list)
+
+    def stop(self, how: signal.Signals) -> None:
+        """The signal to the controller's group, as a terminal sends it. ansible-core's forked workers call
+        setsid(), so it misses them: they are noted first, for `controller` to remove at the end."""
+        with contextlib.suppress(psutil.Error):
+            self.workers = psutil.Process(self.process.pid).children(recursive=True)
+        os.killpg(self.process.pid, how)
+        self.process.wait(timeout=60)
+
+
+@contextmanager
+def controller(provisioned, layout: str, log: Path, *options: str) -> Iterator[Controller]:
     argv = ["ansible-playbook", "deploy.yml", "-i", str(provisioned.inventory), "-e", f"layout={layout}", *options]
     with open(log, "w") as out:
-        process = subprocess.Popen(argv, cwd=REPO, env=ansible_env(), stdout=out, stderr=out, start_new_session=True)
+        running = Controller(subprocess.Popen(argv, cwd=REPO, env=ansible_env(), stdout=out, stderr=out, start_new_session=True))
     try:
-        yield process
+        yield running
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        if running.process.poll() is None:
+            running.stop(signal.SIGKILL)
+        running.process.wait(timeout=30)
+        # A worker whose controller was killed blocks for ever on its results pipe: not the test's to leave.
+        for worker in running.workers:
+            with contextlib.suppress(psutil.Error):
+                worker.kill()
 
 
 def wait_until(condition: Callable[[], bool], seconds: float, what: str, log: Path) -> None:
@@ -69,11 +91,6 @@ def healthy(port: int) -> bool:
     return wait_http(f"http://127.0.0.1:{port}/health_generate", 0.5) == 200
 
 
-def stop_controller(process: subprocess.Popen, how: signal.Signals) -> None:
-    os.killpg(process.pid, how)
-    process.wait(timeout=60)
-
-
 def finished_on_the_host(box, log: Path, load_s: int = LOAD_S) -> None:
     wait_until(lambda: not swap_running(box), 3 * load_s + 60, "end of the host's swap", log)
 
@@ -83,9 +100,9 @@ def test_a_controller_stopped_as_the_swap_begins_leaves_the_host_to_finish_it(pr
     box = provisioned.box
     deploy(provisioned, "ep8").succeeded()
     log = tmp_path / "deploy.log"
-    with controller(provisioned, "tp8", log) as process:
+    with controller(provisioned, "tp8", log) as deploying:
         wait_until(lambda: swap_running(box), 120, "swap on the host", log)
-        stop_controller(process, how)
+        deploying.stop(how)
     finished_on_the_host(box, log)
     serving_only(box, provisioned.port, "tp8")
     assert state(box, "ep8") == ("inactive", "disabled")
@@ -95,9 +112,9 @@ def test_a_controller_killed_in_the_health_wait_leaves_the_host_to_finish_and_re
     box = provisioned.box
     deploy(provisioned, "ep8").succeeded()
     log = tmp_path / "deploy.log"
-    with loads_taking(provisioned, LONG_LOAD_S), controller(provisioned, "tp8", log) as process:
+    with loads_taking(provisioned, LONG_LOAD_S), controller(provisioned, "tp8", log) as deploying:
         wait_until(lambda: state(box, "tp8")[0] == "active" and not healthy(provisioned.port), 120, "health wait", log)
-        stop_controller(process, signal.SIGKILL)
+        deploying.stop(signal.SIGKILL)
     assert swap_running(box)
     status = provisioned.playbook("playbooks/status.yml").succeeded()
     assert "swap: A swap is running on this server now: to sglang-k26-tp8.service" in status.stdout, status.stdout[-2500:]
@@ -120,7 +137,7 @@ def test_a_controller_killed_during_the_rollback_leaves_the_old_layout_serving_e
     box = provisioned.box
     deploy(provisioned, "tp8").succeeded()
     log = tmp_path / "deploy.log"
-    with loads_taking(provisioned, 2 * LOAD_S), controller(provisioned, "tp2ep4", log, "-e", "preflight=false") as process:
+    with loads_taking(provisioned, 2 * LOAD_S), controller(provisioned, "tp2ep4", log, "-e", "preflight=false") as deploying:
         wait_until(lambda: state(box, "tp2ep4")[0] == "active", 120, "tp2ep4 started", log)
         wait_until(
             lambda: state(box, "tp2ep4")[0] in {"failed", "inactive"} and state(box, "tp8")[0] == "active",
@@ -129,7 +146,7 @@ def test_a_controller_killed_during_the_rollback_leaves_the_old_layout_serving_e
             log,
         )
         assert not healthy(provisioned.port)  # tp8 is loading again
-        stop_controller(process, signal.SIGKILL)
+        deploying.stop(signal.SIGKILL)
     finished_on_the_host(box, log, 2 * LOAD_S)
     serving_only(box, provisioned.port, "tp8")
     assert state(box, "tp2ep4")[1] == "disabled" and enabled_units(box) == [unit("tp8")]

@@ -101,15 +101,22 @@ def build_base(log: Path | None = None) -> Path:
 PORTS = range(20000, 32768)
 
 
+_HANDED_OUT: set[int] = set()  # this process's ports so far: never handed out twice
+
+
 def free_port() -> int:
-    """A loopback port free now, outside the kernel's ephemeral range (net.ipv4.ip_local_port_range).
+    """A loopback port free now, outside the kernel's ephemeral range (net.ipv4.ip_local_port_range), never
+    handed out before by this process nor by another pytest-xdist worker of the run.
 
     A port handed out here is bound later, by another process (a box's sshd, a stand-in server). Taken
     from the ephemeral range, an outgoing connection (ssh to a box, apt, pip) could take it as its local
     port in between, and the listener failed to bind: a box that never answered SSH beside a busy worker.
+    Two picks in a row once gave a router the same port twice (its own and its metrics port), so this
+    process remembers what it gave, and each worker picks from its own residue class of ports.
     """
     low, high = _ephemeral_range()
-    choices = [port for port in PORTS if not low <= port <= high]
+    share, shares = _worker_share()
+    choices = [port for port in PORTS if not low <= port <= high and port % shares == share and port not in _HANDED_OUT]
     pick = secrets.SystemRandom()
     for _ in range(200):
         port = pick.choice(choices) if choices else 0
@@ -118,8 +125,18 @@ def free_port() -> int:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return sock.getsockname()[1]
+            port = sock.getsockname()[1]
+        _HANDED_OUT.add(port)
+        return port
     raise BoxError(f"no free loopback port in {PORTS.start}-{PORTS.stop - 1} outside the ephemeral range {low}-{high}")
+
+
+def _worker_share() -> tuple[int, int]:
+    """(this worker's index, the number of workers) under pytest-xdist (gw0, gw1...), else (0, 1)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0:
+        return int(worker[2:]) % int(count), int(count)
+    return 0, 1
 
 
 def _ephemeral_range() -> tuple[int, int]:
