@@ -50,7 +50,8 @@ def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
             sglang_model_slug="tiny",
             sglang_port=port,
             sglang_bind_address="127.0.0.1",
-            sglang_common_args={"device": "cpu", "max-total-tokens": 65536},
+            # The scheduler waits for requests without spinning a core (tests/rehearsal/real_server.py).
+            sglang_common_args={"device": "cpu", "max-total-tokens": 65536, "sleep-on-idle": True},
             sglang_common_env={},
             sglang_layouts=LAYOUTS,
             sglang_service_health_timeout=600,

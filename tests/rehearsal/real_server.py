@@ -21,7 +21,8 @@ def running(log: Path, *flags: str, cpus: set[int] | None = None, timeout: float
     model = tiny_model.build(python)
     shim = tiny_model.shim(CACHE / "vllm-shim")
     port = free_port()
-    # --max-total-tokens: without it the KV cache takes ~14 GB of RAM on CPU.
+    # --max-total-tokens: without it the KV cache takes ~14 GB of RAM on CPU. --sleep-on-idle: without it the
+    # scheduler polls for requests without a pause, a core taken from the other worker while the server waits.
     argv = [
         str(python),
         "-m",
@@ -36,6 +37,7 @@ def running(log: Path, *flags: str, cpus: set[int] | None = None, timeout: float
         str(port),
         "--max-total-tokens",
         "65536",
+        "--sleep-on-idle",
         *flags,
     ]
     env = {**os.environ, "PYTHONPATH": str(shim)}
