@@ -19,6 +19,7 @@ import fcntl
 import functools
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -41,6 +42,7 @@ class TurnLock:
         self._gate: IO[str] = open(folder / "gate", "a")  # noqa: SIM115  (held for the worker's life)
         self._turn: IO[str] = open(folder / "turn", "a")  # noqa: SIM115
         self.held: int | None = None
+        self.waited_s = 0.0  # in all, blocked on the gate or the turn: CI's report says it per worker
 
     @property
     def exclusive(self) -> bool:
@@ -51,11 +53,13 @@ class TurnLock:
         if self.held == mode:
             return
         self.release()
+        started = time.monotonic()
         fcntl.flock(self._gate, fcntl.LOCK_EX)  # behind an exclusive waiter, who holds the gate meanwhile
         try:
             fcntl.flock(self._turn, mode)
         finally:
             fcntl.flock(self._gate, fcntl.LOCK_UN)
+            self.waited_s += time.monotonic() - started
         self.held = mode
 
     def release(self) -> None:

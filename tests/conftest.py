@@ -15,7 +15,7 @@ import pytest
 
 from sglang_layout import flags
 from sglang_layout.sources import declaration_from_vars, load_yaml_vars
-from tests import alone
+from tests import alone, reports
 from tests.rehearsal import box as boxes
 from tests.rehearsal import stopping
 
@@ -40,9 +40,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests/integration, by when the install is there to share. Modules with `alone` tests come last: an
     alone test waits for the other worker's test in progress to end, and early in the run that can be
     the real tier's install (it once waited 385 s there); at the end the other worker has little left.
-    The `alone_inside` search module keeps its place among them: tried first of them, it ran beside the
-    other worker's alone modules, its deploys and their exclusive turns took turns, and its fixture took
-    836 s where it took 508 s among them in file order (fresh CI runs of 3 Dec 2026).
+    The `alone_inside` search modules keep their place in file order among the rest, well after the
+    install: a search deploys far more than it measures, and only its measurements take the exclusive
+    turn, so its deploys share the machine with the other worker's box modules. Among the alone modules,
+    last, the staged search was the run's last 10-11 minutes, the other worker idle.
     """
     real_tier, integration = REAL_TIER, REPO / "tests" / "integration"
     for item in items:
@@ -55,7 +56,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.servers)
     real_modules = sorted({item.path for item in items if real_tier in item.path.parents})
     inside = {item.path for item in items if item.get_closest_marker(alone.INSIDE_MARK)}
-    measuring = {item.path for item in items if _alone(item)} | inside
+    measuring = {item.path for item in items if _alone(item)} - inside
 
     def order(item: pytest.Item) -> tuple[bool, bool]:
         return (not real_modules or item.path != real_modules[0], item.path in measuring)
@@ -100,13 +101,17 @@ def _alone(item: pytest.Item | None) -> bool:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Each test under the shared turn, an `alone` test's call under the exclusive one (tests/alone.py)."""
+    """Each test under the shared turn, an `alone` test's call under the exclusive one (tests/alone.py).
+
+    What the test waited for its turns goes on its reports (`turn_wait_s`), for the run's time summary."""
     lock = alone.lock()
     if lock is None:
         yield
         return
+    waited_before = lock.waited_s
     if not lock.exclusive:
         lock.take(exclusive=False)
+    item.user_properties.append((reports.TURN_WAIT, lock.waited_s - waited_before))
     try:
         yield
     finally:
@@ -118,7 +123,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 def pytest_runtest_call(item: pytest.Item):
     lock = alone.lock()
     if lock is not None and _alone(item):
+        waited_before = lock.waited_s
         lock.take(exclusive=True)
+        item.user_properties.append((reports.TURN_WAIT_IN_CALL, lock.waited_s - waited_before))
     yield
 
 

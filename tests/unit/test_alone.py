@@ -39,6 +39,8 @@ def test_an_exclusive_turn_waits_for_the_shared_one_and_goes_before_a_later_shar
     waiting_alone.release()
     second.join(timeout=5)
     assert got == ["alone", "later"] and later.held is not None
+    # What each waited is kept for the run's time summary (tests/reports.py): ~0.6 s and ~0.6 s, the first none.
+    assert running.waited_s < 0.2 and 0.5 < waiting_alone.waited_s < 3 and 0.5 < later.waited_s < 3
 
 
 def test_outside_xdist_nothing_locks(monkeypatch):
