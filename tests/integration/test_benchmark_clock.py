@@ -1,7 +1,9 @@
 """`python -m benchmarks run` held to the stand-in's clock: what the client measures against what the server sent.
 
-Every test here is `alone` (tests/alone.py): the other worker waits between its tests while one runs.
-They are a module of their own so that the rest of the run's benchmark tests share the machine.
+Every rate is held to what the stand-in sent in the level's window (its own log, on the client's clock),
+and to the nominal clock within a tolerance measured beside a loaded machine, so the module runs beside
+the other worker, not `alone`: three times in a row beside box modules (test_deploy.py, test_swap_faults.py,
+test_router.py, test_deploy_trust.py in another process, the CPU 23-58% idle), no test failed.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ import pytest
 from benchmarks.metrics import inter_token_gaps
 from tests.integration.test_benchmark_cli import FAST, bench, stored
 from tests.rehearsal.standin import emitted, sent_decode_rate, sent_streams, serving_locally
-
-pytestmark = pytest.mark.alone  # held to the stand-in's clock (tests/alone.py)
 
 
 def test_two_load_generator_processes_measure_the_same_counts_and_rates(tmp_path):

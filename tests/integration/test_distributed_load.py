@@ -4,6 +4,9 @@ Both boxes get Locust from playbooks/loadgen.yml (the pinned release, from the t
 stand-in server runs here on loopback, which the boxes share. Box a runs the master (at a free port, its
 bench_master_port) and a worker, box b a worker; each box's raw records come back and are merged on one
 clock, so the level's figures are those of one run. The same workload from here alone is the yardstick.
+
+Held to what the server sent, it runs beside the other worker, not `alone`: three times in a row beside
+box modules in another process (test_deploy.py and its neighbours), no test failed.
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ from tests.rehearsal import box as boxes
 from tests.rehearsal import standin
 from tests.rehearsal.bench import benchmarks
 from tests.rehearsal.playbook import run_playbook
-
-pytestmark = pytest.mark.alone  # two machines' figures held to what the server sent (tests/alone.py)
 
 # 96 tokens at 10 ms each: ~0.97 s a request, so that a reader's few ms of lag at a stream's end weigh
 # little (with 32 tokens, a fresh CI machine measured one process 1.05% under two; with 96, beside a busy

@@ -22,7 +22,10 @@ from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.gpu_host import GPU_HOST, true_aggregate_tok_s, true_decode_tok_s
 
 # Its searches measure under the exclusive turn, their deploys beside the other worker (tests/alone.py).
-pytestmark = pytest.mark.alone_inside
+# Each measurement first waits for the other worker's test in progress, a box test of up to ~3 minutes:
+# the staged search took 11 min beside nothing, and is given 40 (pytest-timeout counts the fixture's time).
+SEARCH_TIMEOUT_S = 2400
+pytestmark = [pytest.mark.alone_inside, pytest.mark.timeout(SEARCH_TIMEOUT_S)]
 
 # No GPU sampling here (its start and stop add about a second to every level): test_benchmark_truth.py checks it.
 WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0", "--gpu-interval", "0")
@@ -57,9 +60,10 @@ def search_args(provisioned, results: Path, *options: str) -> list[str]:
 def search(provisioned, results: Path, *options: str, alone: bool = False) -> subprocess.CompletedProcess:
     """The search; `alone`: each measurement held to the stand-in's clock, alone (tests/rehearsal/measured_alone.py)."""
     if not alone:
-        return benchmarks(*search_args(provisioned, results, *options), timeout=1200)
+        return benchmarks(*search_args(provisioned, results, *options), timeout=SEARCH_TIMEOUT_S)
     with handed_to_child():
-        return benchmarks(*search_args(provisioned, results, *options), timeout=1200, module="tests.rehearsal.measured_alone")
+        measuring = "tests.rehearsal.measured_alone"
+        return benchmarks(*search_args(provisioned, results, *options), timeout=SEARCH_TIMEOUT_S, module=measuring)
 
 
 def the_manifest(results: Path) -> dict:
