@@ -4,6 +4,10 @@
 The wheels are downloaded once into a wheelhouse under the rehearsal cache (pip's own HTTP cache
 does not keep them behind every proxy), and the venv is installed from it; a rerun on the same
 machine fetches nothing. Rehearsal boxes install from the same wheelhouse, bound in read-only.
+
+This venv is the tests' own, so uv installs it: 26 s where pip took 194 s from the same wheelhouse
+(the same 206 packages at the same versions), at the head of every fresh run's longest module. The
+boxes' venvs are the provision role's, installed by pip as on a real host.
 """
 
 from __future__ import annotations
@@ -75,11 +79,13 @@ def install(version: str = VERSION) -> Path:
         wheels = wheelhouse(version)
         subprocess.run([sys.executable, "-m", "venv", str(target / "venv")], check=True)
         argv = [
-            str(target / "venv" / "bin" / "python"),
-            "-m",
+            str(Path(sys.executable).parent / "uv"),  # requirements-dev.txt pins it
             "pip",
             "install",
-            "--disable-pip-version-check",
+            "--python",
+            str(target / "venv" / "bin" / "python"),
+            "--cache-dir",
+            str(target / "uv-cache"),  # beside the venv: hard links, and emptied with the rehearsal cache
             "--no-index",
             "--find-links",
             str(wheels),
