@@ -1,15 +1,16 @@
 """Tests that hold a clock run alone: the other pytest-xdist workers wait between their tests.
 
-A test marked `alone` compares measured times with a stand-in's clock to 1-2%; on a two-core machine
-another worker's playbooks would make those figures the machine's load, not the client's. Every test
-holds a shared turn while it runs (fixtures included); an `alone` test takes the exclusive turn for its
+A test marked `alone` holds a figure that is true only on a quiet machine (an open-loop schedule's
+burstiness, a queue's TTFT to a few ms); on a two-core machine another worker's playbooks would make
+those figures the machine's load. Rates held to what the stand-in sent need no turn (docs/testing.md).
+Every test holds a shared turn while it runs (fixtures included); an `alone` test takes the exclusive turn for its
 call (its module fixtures are set up under the shared one) and keeps it while its worker's next test is
 `alone` too. A fixture that measures takes it with `exclusive_turn()`. A test whose child process
 measures now and then (a search: deploy, measure, deploy...) hands its turn to the child
 (`handed_to_child()`), which takes the exclusive turn around each measurement only
-(tests/rehearsal/measured_alone.py); its module carries the `alone_inside` mark, so that it runs with the
-`alone` modules, late. A gate lets an exclusive waiter in next, so that the other worker's stream of short
-tests cannot starve it. Outside xdist nothing locks.
+(tests/rehearsal/measured_alone.py); its module carries the `alone_inside` mark, and runs among the box
+modules, its deploys beside them (tests/conftest.py). A gate lets an exclusive waiter in next, so that the
+other worker's stream of short tests cannot starve it. Outside xdist nothing locks.
 """
 
 from __future__ import annotations
