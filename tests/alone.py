@@ -34,6 +34,31 @@ def lock_folder(run_id: str) -> Path:
     return Path(tempfile.gettempdir()) / f"pytest-alone-{run_id}"
 
 
+def children_waits_file(run_id: str) -> Path:
+    """Where a test's child (a search, tests/rehearsal/measured_alone.py) notes what it waited for its turns:
+    inside its test's time, which the run's summary would otherwise count as busy (tests/reports.py)."""
+    return lock_folder(run_id) / "children-waits"
+
+
+def note_child_wait(held: TurnLock) -> None:
+    """This child process's waits, on its worker's line (the child inherits PYTEST_XDIST_WORKER)."""
+    run_id, worker = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get("PYTEST_XDIST_WORKER", "main")
+    if run_id:
+        with contextlib.suppress(OSError), open(children_waits_file(run_id), "a") as out:  # a figure, not a result
+            out.write(f"{worker} {held.waited_s:.1f}\n")
+
+
+def children_waits(run_id: str) -> dict[str, float]:
+    """Seconds the workers' children waited for their turns, by worker."""
+    waited: dict[str, float] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for line in children_waits_file(run_id).read_text().splitlines():
+            worker, _, seconds = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                waited[worker] = waited.get(worker, 0.0) + float(seconds)
+    return waited
+
+
 class TurnLock:
     """One worker's hold on the run's turn (two files in a folder named by xdist's run id, shared by its workers)."""
 

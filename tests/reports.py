@@ -14,6 +14,8 @@ from collections import defaultdict
 
 import pytest
 
+from tests import alone
+
 TURN_WAIT = "turn_wait_s"  # a user property (tests/conftest.py): seconds a test waited for its turns
 TURN_WAIT_IN_CALL = "turn_wait_in_call_s"  # the part of it inside the test's call (an `alone` test's exclusive turn)
 TIERS = ("real_sglang", "box", "servers")  # the first marker a test carries names its tier; none: unit
@@ -53,13 +55,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for report in filed
         if isinstance(report, pytest.TestReport) and report.when in ("setup", "call", "teardown")
     ]
-    _time_summary(terminalreporter, reports)
+    run_id = getattr(config.option, "testrunuid", None)
+    _time_summary(terminalreporter, reports, alone.children_waits(run_id) if run_id else {})
     count = getattr(config.option, "count", 1) or 1
     if count > 1:
         _repeat_summary(terminalreporter, reports, count)
 
 
-def _time_summary(terminalreporter, reports: list) -> None:
+def _time_summary(terminalreporter, reports: list, children_waits: dict[str, float]) -> None:
+    """`children_waits`: what tests' children waited for turns, by worker, inside their tests' time."""
     by_tier: dict[str, float] = defaultdict(float)
     by_module: dict[str, float] = defaultdict(float)
     by_worker: dict[str, float] = defaultdict(float)
@@ -72,6 +76,9 @@ def _time_summary(terminalreporter, reports: list) -> None:
             properties = dict_of_waits(report.user_properties)
             waited[_worker(report)] += properties[TURN_WAIT] + properties[TURN_WAIT_IN_CALL]
             by_worker[_worker(report)] -= properties[TURN_WAIT_IN_CALL]
+    for worker, seconds in children_waits.items():
+        waited[worker] += seconds
+        by_worker[worker] -= seconds
     wall = time.monotonic() - _started[0] if _started else 0.0
     terminalreporter.section("where the time went")
     terminalreporter.write_line(f"wall {wall / 60:.1f} min (pytest alone, set-up and lint not counted)")

@@ -34,10 +34,15 @@ def main() -> int:
 
     runner.measure_levels = held_alone(runner.measure_levels)
     held = alone.lock()
-    if held is not None:
-        held.take(exclusive=False)
+    if held is None:
+        stop_like_ctrl_c()
+        return benchmarks_main()
+    held.take(exclusive=False)
     stop_like_ctrl_c()
-    return benchmarks_main()
+    try:
+        return benchmarks_main()
+    finally:
+        alone.note_child_wait(held)
 
 
 if __name__ == "__main__":

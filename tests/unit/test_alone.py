@@ -77,6 +77,12 @@ def test_a_turn_handed_to_a_child_lets_its_measurement_in_and_comes_back(tmp_pat
         other_worker.release()
         out, _ = child.communicate(timeout=30)
     assert out.split("\n")[:2] == ["exclusive", "shared after"]
+    # What a search's process waited is noted for the run's summary, on its worker's line.
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    other_worker.waited_s = 1.5
+    alone.note_child_wait(other_worker)
+    alone.note_child_wait(other_worker)
+    assert alone.children_waits("run-2") == {"gw1": 3.0}
     assert parent.held is not None and not parent.exclusive
     parent.release()
     alone._lock_of_run.cache_clear()

@@ -37,10 +37,14 @@ def test_setup_and_teardown_are_busy_time_and_a_turn_wait_is_not(monkeypatch):
     monkeypatch.setattr(reports.time, "monotonic", lambda: 600.0)
     monkeypatch.setattr(reports, "_spans", {})
     written = Written(stats)
-    reports._time_summary(written, [r for filed in stats.values() for r in filed])
+    reports._time_summary(written, [r for filed in stats.values() for r in filed], {})
     # 240 s of reports, of which the call's 60 s were its exclusive turn's wait; 30 s more before the setup.
     assert "worker gw0        busy   3.0 min, waiting for a turn   1.5 min, idle   5.5 min" in written.lines
     assert "   4.0 min  tests/integration/test_x.py" in written.lines
+    # A search's process waited 30 s more for its measurements' turns, inside its test's time.
+    written = Written(stats)
+    reports._time_summary(written, [r for filed in stats.values() for r in filed], {"gw0": 30.0})
+    assert "worker gw0        busy   2.5 min, waiting for a turn   2.0 min, idle   5.5 min" in written.lines
 
 
 def test_waits_are_summed_by_kind_and_other_properties_ignored():
