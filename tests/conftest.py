@@ -35,15 +35,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     `-m "not box"` adds the tests that start local stand-in servers and Locust.
 
     The parallel run (pytest-xdist, --dist loadfile) gives each module to one worker whole, so a module's
-    fixtures are built once. The real-SGLang tier's first module goes first: it installs sglang from
-    PyPI (minutes) while the other worker goes on, and its other modules come after the rest of
-    tests/integration, by when the install is there to share. Modules with `alone` tests come last: an
-    alone test waits for the other worker's test in progress to end, and early in the run that can be
-    the real tier's install (it once waited 385 s there); at the end the other worker has little left.
-    The `alone_inside` search modules keep their place in file order among the rest, well after the
-    install: a search deploys far more than it measures, and only its measurements take the exclusive
-    turn, so its deploys share the machine with the other worker's box modules. Among the alone modules,
-    last, the staged search was the run's last 10-11 minutes, the other worker idle.
+    fixtures are built once; the other worker takes the next module in this order (docs/testing.md):
+
+    1. the staged search (the first `alone_inside` module): its measurements take the exclusive turn, each
+       after the other worker's test in progress, so it goes first, beside the modules of short tests;
+    2. the modules without a box or an `alone` test (stand-in servers, Locust, the unit tier), seconds a
+       test: beside box modules a candidate took the search 87-170 s, ~60 s beside nothing;
+    3. the real-SGLang tier's first module, which installs sglang (its other modules come later, by when
+       the install is there to share), then the other box modules in file order;
+    4. the modules with `alone` tests, last: an alone test waits for the other worker's test in
+       progress, and at the end the other worker has little left.
     """
     real_tier, integration = REAL_TIER, REPO / "tests" / "integration"
     for item in items:
@@ -54,14 +55,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.box)
         elif integration in item.path.parents:
             item.add_marker(pytest.mark.servers)
-    real_modules = sorted({item.path for item in items if real_tier in item.path.parents})
-    inside = {item.path for item in items if item.get_closest_marker(alone.INSIDE_MARK)}
-    measuring = {item.path for item in items if _alone(item)} - inside
+    items.sort(key=_scheduled(items))  # stable: file order within each rank
 
-    def order(item: pytest.Item) -> tuple[bool, bool]:
-        return (not real_modules or item.path != real_modules[0], item.path in measuring)
 
-    items.sort(key=order)  # stable
+def _scheduled(items: list[pytest.Item]):
+    """Each item's rank in the run's order (pytest_collection_modifyitems says why)."""
+    real_modules = sorted({item.path for item in items if REAL_TIER in item.path.parents})
+    first_real = real_modules[0] if real_modules else None
+    searches = [item.path for item in items if item.get_closest_marker(alone.INSIDE_MARK)]
+    staged_search = searches[0] if searches else None
+    measuring = {item.path for item in items if _alone(item)} - set(searches)
+    with_box = {item.path for item in items if item.get_closest_marker("box")}
+
+    def rank(item: pytest.Item) -> int:
+        if item.path == staged_search:
+            return 0
+        if item.path in measuring:
+            return 4
+        if item.path not in with_box:
+            return 1
+        return 2 if item.path == first_real else 3
+
+    return rank
 
 
 def pytest_configure(config: pytest.Config) -> None:
