@@ -155,24 +155,33 @@ def test_requests_beyond_max_running_requests_queue(tmp_path):
     assert waits[1] < 0.2 and waits[2] > 0.45
 
 
-def test_a_server_dies_with_the_process_that_started_it(tmp_path):
-    """A test process killed before its teardown (pytest-xdist kills a stopped worker after 10 s) leaves no server."""
-    pid_file = tmp_path / "server.pid"
+HOLDERS = {
+    # Each holds its server inside its context manager and writes "ready" there; killed, it never leaves it.
+    "stand-in": "from tests.rehearsal.standin import local_server as serving\nholding = serving(Path(TMP))",
+    "cuda-repo": "from tests.rehearsal.apt_repo import served as serving\nholding = serving(Path(TMP) / 'repo')",
+}
+
+
+@pytest.mark.parametrize("server", sorted(HOLDERS))
+def test_a_server_dies_with_the_process_that_started_it(tmp_path, server):
+    """A test process killed before its teardown (pytest-xdist kills a stopped worker after 10 s) leaves no
+    server: the stand-in SGLang, and the CUDA apt repo's web server (a stopped CI run once left one)."""
+    ready = tmp_path / "ready"
     script = (
-        "import time; from pathlib import Path; from tests.rehearsal.standin import local_server\n"
-        f"with local_server(Path({str(tmp_path)!r})) as (server, _, _):\n"
-        f"    Path({str(pid_file)!r}).write_text(str(server.pid)); time.sleep(60)"
+        f"import time; from pathlib import Path; TMP = {str(tmp_path)!r}\n{HOLDERS[server]}\n"
+        f"with holding:\n    Path({str(ready)!r}).write_text('ready'); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
     try:
-        deadline = time.monotonic() + 30
-        while not pid_file.exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline and holder.poll() is None:
             time.sleep(0.05)
-        server = psutil.Process(int(pid_file.read_text()))
+        assert ready.exists(), f"the {server} never came up"
+        (served,) = psutil.Process(holder.pid).children()
         holder.send_signal(signal.SIGKILL)  # no teardown at all
         holder.wait(timeout=10)
-        gone, _ = psutil.wait_procs([server], timeout=10)
-        assert gone or server.status() == psutil.STATUS_ZOMBIE, f"the stand-in server {server.pid} outlived its parent"
+        gone, _ = psutil.wait_procs([served], timeout=10)
+        assert gone or served.status() == psutil.STATUS_ZOMBIE, f"the {server} ({served.pid}) outlived its parent"
     finally:
         if holder.poll() is None:
             holder.kill()

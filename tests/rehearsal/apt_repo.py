@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.rehearsal.box import free_port
+from tests.rehearsal.stopping import die_with_parent
 
 NVCC_VERSION = textwrap.dedent("""\
     nvcc: NVIDIA (R) Cuda compiler driver
@@ -146,6 +147,7 @@ def served(root: Path, distro: str = "debian12", arch: str = "x86_64") -> Iterat
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        preexec_fn=die_with_parent,  # a test process killed before its teardown once left it serving
     )
     try:
         deadline = time.monotonic() + 10

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -12,6 +13,14 @@ from pathlib import Path
 from tests.rehearsal import real_sglang, tiny_model
 from tests.rehearsal.box import CACHE, free_port
 from tests.rehearsal.standin import wait_http
+from tests.rehearsal.stopping import die_with_parent
+
+
+def _before_exec(cpus: set[int] | None) -> None:
+    """In the server's child before exec: pinned to `cpus` if given, and ended with the test process."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    die_with_parent()
 
 
 @contextlib.contextmanager
@@ -48,7 +57,7 @@ def running(log: Path, *flags: str, cpus: set[int] | None = None, timeout: float
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            preexec_fn=functools.partial(_before_exec, cpus),
         )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -23,6 +21,7 @@ import yaml
 from benchmarks.metrics import decode_rate
 from benchmarks.records import RequestRecord
 from tests.rehearsal.box import CACHE, built_once, free_port
+from tests.rehearsal.stopping import die_with_parent
 
 TESTS = Path(__file__).resolve().parents[1]
 SOURCE = TESTS / "standins" / "sglang"
@@ -151,12 +150,6 @@ def stream_chat(base_url: str, tokens: int) -> tuple[int, float]:
     return usage.get("completion_tokens", 0), (len(times) - 1) / (times[-1] - times[0])
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the process that started it dies (prctl PR_SET_PDEATHSIG), so a
-    test process killed before its teardown (pytest-xdist kills a stopped worker after 10 s) leaves no server."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-
-
 @contextlib.contextmanager
 def local_server(tmp: Path, *flags: str, **simulation: object) -> Iterator[tuple[subprocess.Popen, str, Path]]:
     """Run the stand-in from source on loopback: (process, base URL, log path). Always stopped after."""
@@ -173,7 +166,7 @@ def local_server(tmp: Path, *flags: str, **simulation: object) -> Iterator[tuple
     log = tmp / "server.log"
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1", "--port", str(port)]
     with open(log, "w") as out:
-        process = subprocess.Popen([*argv, *flags], stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+        process = subprocess.Popen([*argv, *flags], stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
     try:
         yield process, f"http://127.0.0.1:{port}", log
     finally:

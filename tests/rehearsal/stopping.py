@@ -11,6 +11,7 @@ gives the child time to stop in order (subprocess.run would SIGKILL it after a q
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -72,3 +73,10 @@ def run(
             process.kill()
             raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: SIGTERM when the process that started it dies (prctl PR_SET_PDEATHSIG), so
+    that a test process killed before its teardown (pytest-xdist kills a stopped worker after 10 s) leaves
+    no server of its own running (a stand-in, the CUDA repo's web server, a real SGLang)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
