@@ -1,7 +1,7 @@
 """The search on one layout and on every shape, apart from tests/integration/test_search.py's staged search.
 
-A module of its own so that another worker can take it while test_search.py's search measures: that search
-was the run's last ~10 minutes, with these two in it and the other worker idle.
+A module of its own: test_search.py's staged search runs first, beside the modules of short tests, and
+these two among the box modules (tests/conftest.py).
 """
 
 from __future__ import annotations
