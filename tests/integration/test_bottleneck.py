@@ -50,9 +50,15 @@ def test_a_kv_cache_too_small_retracts_requests_and_is_named(tmp_path):
 
 def test_tp8_all_reduce_traffic_near_the_link_is_pcie(tmp_path):
     """The stand-in nvidia-smi's dmon samples a tp8 stand-in under 16 requests whose all-reduces are sized to
-    fill most of a Gen5 x16 link; the rules name PCIe from those samples alone (no queue, no KV limit)."""
+    fill most of a Gen5 x16 link; the rules name PCIe from those samples alone (no queue, no KV limit).
+    An idle tp8 stand-in of another simulated box (its own simulation file) runs beside it on this host, as
+    other tests' servers do under xdist: dmon must not count it (it once did, and named nothing)."""
     simulation = {"itl_ms": {"default": 20.0}, "peak_tok_s": {"default": 800.0}, "pcie_kb_per_token": 120_000.0}
-    with serving_locally(tmp_path, "--tp-size", "8", **simulation) as url:
+    (tmp_path / "neighbour").mkdir()
+    with (
+        serving_locally(tmp_path, "--tp-size", "8", **simulation) as url,
+        serving_locally(tmp_path / "neighbour", "--tp-size", "8"),
+    ):
         stop = threading.Event()
 
         def client() -> None:
