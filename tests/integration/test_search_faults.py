@@ -24,7 +24,7 @@ from tests.rehearsal.gpu_host import GPU_HOST, true_decode_tok_s
 from tests.rehearsal.playbook import REPO
 
 
-def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned, tmp_path):
+def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned, tmp_path, private_tmp):
     provisioned.playbook("deploy.yml", "-e", "layout=tp8").succeeded()
     results = tmp_path / "results"
     # Every grid point (--strategy grid): two candidates of one layout, no stages to wait for.
@@ -33,7 +33,7 @@ def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned
     process = subprocess.Popen(
         benchmarks_argv(*search_args(provisioned, results, *options)),
         cwd=REPO,
-        env=tool_env(),
+        env=tool_env(TMPDIR=str(private_tmp)),  # a SIGKILL leaves its runner's private directory behind
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
