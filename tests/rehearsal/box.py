@@ -243,6 +243,10 @@ def _prepare(box: Box, rootfs: Path) -> None:
     (root / "etc" / "ssh" / "sshd_config.d" / "rehearsal.conf").write_text(
         f"Port {box.ssh_port}\nListenAddress 127.0.0.1\nPasswordAuthentication no\n"
     )
+    # Root's Python keeps what it compiles of Ansible's module payloads (tests/rehearsal/zipimport_cache.py).
+    site = root / "usr" / "lib" / "python3" / "dist-packages"
+    shutil.copy(Path(__file__).with_name("zipimport_cache.py"), site / "rehearsal_zipimport_cache.py")
+    (site / "rehearsal_zipimport_cache.pth").write_text("import rehearsal_zipimport_cache; rehearsal_zipimport_cache.install()\n")
     # The host's TLS interception CA, so apt and pip over HTTPS work inside the box.
     for cert in Path("/usr/local/share/ca-certificates").glob("*.crt"):
         shutil.copy(cert, root / "usr" / "local" / "share" / "ca-certificates" / cert.name)
