@@ -2,11 +2,12 @@
 
 A test marked `alone` holds a figure that is true only on a quiet machine (an open-loop schedule's
 burstiness, a queue's TTFT to a few ms); on a two-core machine another worker's playbooks would make
-those figures the machine's load. Rates held to what the stand-in sent need no turn (docs/testing.md).
+those figures the machine's load. Rates held to what the stand-in sent need no turn, nor does the staged
+search, whose figures were measured to hold under load (docs/testing.md).
 Every test holds a shared turn while it runs (fixtures included); an `alone` test takes the exclusive turn for its
 call (its module fixtures are set up under the shared one) and keeps it while its worker's next test is
 `alone` too. A fixture that measures takes it with `exclusive_turn()`. A test whose child process
-measures now and then (a search: deploy, measure, deploy...) hands its turn to the child
+measures now and then (the SLO search of test_search_capacity.py: deploy, measure...) hands its turn to the child
 (`handed_to_child()`), which takes the exclusive turn around each measurement only
 (tests/rehearsal/measured_alone.py); its module carries the `alone_inside` mark, and runs among the box
 modules, its deploys beside them (tests/conftest.py). A gate lets an exclusive waiter in next, so that the
@@ -26,7 +27,6 @@ from pathlib import Path
 from typing import IO
 
 MARK = "alone"
-INSIDE_MARK = "alone_inside"
 
 
 def lock_folder(run_id: str) -> Path:

@@ -6,24 +6,28 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 from types import ModuleType
 
 import psutil
 import pytest
+from _pytest.mark.expression import Expression  # what -m means, as pytest reads it (pytest is pinned)
 
 from sglang_layout import flags
 from sglang_layout.sources import declaration_from_vars, load_yaml_vars
 from tests import alone, reports
 from tests.rehearsal import box as boxes
-from tests.rehearsal import stopping
+from tests.rehearsal import fixtures as box_fixtures
+from tests.rehearsal import real_sglang, stopping
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 KIMI_CONFIG = REPO / "examples" / "models" / "kimi-k2.6" / "config.json"
 FLAGS_0_5_23 = DATA / "sglang-0.5.23-flags.json"
 REAL_TIER = REPO / "tests" / "real"
+STAGED_SEARCH = REPO / "tests" / "integration" / "test_search.py"
 
 # The rehearsal box fixtures (box_support, box, cuda_repo), for the integration and the real tier; the run's
 # time per tier, module and worker, and with --count how often each test failed (tests/reports.py).
@@ -37,12 +41,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     The parallel run (pytest-xdist, --dist loadfile) gives each module to one worker whole, so a module's
     fixtures are built once; the other worker takes the next module in this order (docs/testing.md):
 
-    1. the staged search (the first `alone_inside` module): its measurements take the exclusive turn, each
-       after the other worker's test in progress, so it goes first, beside the modules of short tests;
-    2. the modules without a box or an `alone` test (stand-in servers, Locust, the unit tier), seconds a
-       test: beside box modules a candidate took the search 87-170 s, ~60 s beside nothing;
-    3. the real-SGLang tier's first module, which installs sglang (its other modules come later, by when
-       the install is there to share), then the other box modules in file order;
+    1. the staged search (`test_search.py`), the longest box module, beside
+    2. the modules without a box or an `alone` test (stand-in servers, Locust, the unit tier), while the
+       real-SGLang tier's install runs in the background (`_reaches_real_tier`);
+    3. the real-SGLang tier's first module (its box provisioned with that install; the tier's other modules come
+       later), then the other box modules in file order, the `alone_inside` ones among them;
     4. the modules with `alone` tests, last: an alone test waits for the other worker's test in
        progress, and at the end the other worker has little left.
     """
@@ -62,13 +65,11 @@ def _scheduled(items: list[pytest.Item]):
     """Each item's rank in the run's order (pytest_collection_modifyitems says why)."""
     real_modules = sorted({item.path for item in items if REAL_TIER in item.path.parents})
     first_real = real_modules[0] if real_modules else None
-    searches = [item.path for item in items if item.get_closest_marker(alone.INSIDE_MARK)]
-    staged_search = searches[0] if searches else None
-    measuring = {item.path for item in items if _alone(item)} - set(searches)
+    measuring = {item.path for item in items if _alone(item)}
     with_box = {item.path for item in items if item.get_closest_marker("box")}
 
     def rank(item: pytest.Item) -> int:
-        if item.path == staged_search:
+        if item.path == STAGED_SEARCH:
             return 0
         if item.path in measuring:
             return 4
@@ -90,6 +91,29 @@ def pytest_configure(config: pytest.Config) -> None:
     stopping.stop_like_ctrl_c(forward_to=_xdist_workers if distributed else tuple)
     if controller and hasattr(config.option, "testrunuid"):
         config.option.testrunuid = config.option.testrunuid or uuid.uuid4().hex
+    # The real tier's install, started beside the first modules: it took 114 s of the tier's 306 s set-up.
+    if controller and _reaches_real_tier(config) and box_fixtures.box_support_missing() is None and not real_sglang.prefetched():
+        config.stash[_PREFETCH] = real_sglang.start_prefetch(boxes.CACHE / "real-sglang-prefetch.log")
+
+
+_PREFETCH = pytest.StashKey[subprocess.Popen]()
+
+
+def _reaches_real_tier(config: pytest.Config) -> bool:
+    """Whether this run selects the real-SGLang tier as a whole (then its install starts in the background:
+    tests/rehearsal/real_sglang.py, `start_prefetch`)."""
+    option = config.option
+    if option.keyword or option.collectonly or getattr(option, "count", 1) != 1:
+        return False
+    if option.markexpr:
+        try:
+            expression = Expression.compile(option.markexpr)
+        except Exception:  # an expression pytest itself rejects, with its own message
+            return False
+        if not expression.evaluate(lambda name, **_: name in real_sglang.TIER_MARKS):
+            return False
+    paths = [Path(config.invocation_params.dir, arg.split("::")[0]).resolve() for arg in config.args]
+    return real_sglang.among(REAL_TIER, paths)
 
 
 def _xdist_workers() -> list[int]:
@@ -102,6 +126,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     worker that ended before its teardown did (pytest-xdist gives a stopped worker 10 s, then kills it)."""
     if hasattr(config, "workerinput"):
         return
+    prefetch = config.stash.get(_PREFETCH, None)
+    if prefetch is not None:
+        real_sglang.stop_prefetch(prefetch)
     run_id = getattr(config.option, "testrunuid", None)
     if run_id:
         shutil.rmtree(alone.lock_folder(run_id), ignore_errors=True)

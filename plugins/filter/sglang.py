@@ -122,6 +122,21 @@ def sglang_pip_environment(
     return {**environment, **(extra or {})}
 
 
+def sglang_uv_source_args(
+    index_url: str = "",
+    extra_index_urls: list[str] | None = None,
+    find_links: list[str] | None = None,
+    no_index: bool = False,
+) -> list[str]:
+    """The same sources as sglang_pip_environment, as `uv pip install` options (uv reads no PIP_* variable)."""
+    args = ["--index-url", index_url] if index_url else []
+    for url in extra_index_urls or []:
+        args += ["--extra-index-url", url]
+    for link in find_links or []:
+        args += ["--find-links", link]
+    return [*args, "--no-index"] if no_index else args
+
+
 def sglang_secret_problems(values: dict[str, Any]) -> list[str]:
     """What is wrong with the declared secrets, never echoing them (for an assert)."""
     return secrets.problems(values)
@@ -217,6 +232,7 @@ class FilterModule:
             "sglang_journal_argv": sglang_journal_argv,
             "sglang_local_url": sglang_local_url,
             "sglang_pip_environment": sglang_pip_environment,
+            "sglang_uv_source_args": sglang_uv_source_args,
             "sglang_disagreements": sglang_disagreements,
             "sglang_secret_problems": sglang_secret_problems,
             "sglang_secrets_config": sglang_secrets_config,

@@ -32,8 +32,8 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
-    wheels = real_sglang.wheelhouse()
-    with boxes.running_box(binds={str(wheels): "/opt/real-wheelhouse"}) as box:
+    wheels, uv_wheels = real_sglang.wheelhouse(), real_sglang.uv_wheelhouse()
+    with boxes.running_box(binds={str(wheels): "/opt/real-wheelhouse", str(uv_wheels): "/opt/uv-wheelhouse"}) as box:
         standin.make_gpu_host(box.root, gpu_count=1, gpu_memory_gib=16.0)  # nvidia-smi for the GPU record
         model = box.root / "srv" / "models" / "tiny-llama"
         shutil.copytree(tiny_model.build(real_python), model)
@@ -44,7 +44,7 @@ def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
             box,
             tmp_path_factory.mktemp("real-box"),
             cuda_toolkit_repo_base_url=cuda_repo.base_url,
-            sglang_venv_find_links=["/opt/real-wheelhouse"],
+            sglang_venv_find_links=["/opt/real-wheelhouse", "/opt/uv-wheelhouse"],
             sglang_venv_no_index=True,
             sglang_model_path="/srv/models/tiny-llama",
             sglang_model_slug="tiny",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import urllib.request
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -20,41 +22,59 @@ def generated_total(url: str) -> float:
     return sum(float(v) for v in re.findall(r"^sglang:generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", text, re.M))
 
 
+@pytest.fixture(scope="module")
+def real_server_with(real_python, tmp_path_factory) -> Iterator[Callable[[tuple[str, ...]], str]]:
+    """The URL of a real server launched with these flags: one at a time, kept while the next test asks for the
+    same flags (a launch on CPU takes half a minute; the tests count tokens by differences, before and after)."""
+    with contextlib.ExitStack() as serving:
+        current: dict[tuple[str, ...], str] = {}
+
+        def server(flags: tuple[str, ...]) -> str:
+            if flags not in current:
+                serving.close()
+                current.clear()
+                log = tmp_path_factory.mktemp("real-server") / "server.log"
+                current[flags] = serving.enter_context(real_server.running(log, "--enable-metrics", *flags))
+            return current[flags]
+
+        yield server
+
+
 @pytest.mark.parametrize(
     ("endpoint", "flags"),
     [("chat", ()), ("generate", ()), ("chat", ("--stream-interval", "4"))],
     ids=["chat", "generate", "chat-4-tokens-per-delta"],
 )
-def test_our_benchmark_agrees_with_the_real_servers_counts(real_python, tmp_path, endpoint, flags):
-    with real_server.running(tmp_path / "server.log", "--enable-metrics", *flags) as url:
-        before = generated_total(url)
-        done = benchmarks(
-            "run",
-            "--url",
-            url,
-            "--endpoint",
-            endpoint,
-            "--levels",
-            "1,4",
-            "--output-tokens",
-            str(OUTPUT_TOKENS),
-            "--input-tokens",
-            "16",
-            "--min-requests",
-            "8",
-            "--rounds",
-            "2",
-            "--vocab-size",
-            str(real_server.vocab_size(real_python)),
-            "--layout",
-            "cpu-tp1",
-            "--results-dir",
-            str(tmp_path / "r"),
-            "--metrics-interval",
-            "0.2",
-            timeout=900,
-        )
-        after = generated_total(url)
+def test_our_benchmark_agrees_with_the_real_servers_counts(real_python, real_server_with, tmp_path, endpoint, flags):
+    url = real_server_with(flags)
+    before = generated_total(url)
+    done = benchmarks(
+        "run",
+        "--url",
+        url,
+        "--endpoint",
+        endpoint,
+        "--levels",
+        "1,4",
+        "--output-tokens",
+        str(OUTPUT_TOKENS),
+        "--input-tokens",
+        "16",
+        "--min-requests",
+        "8",
+        "--rounds",
+        "2",
+        "--vocab-size",
+        str(real_server.vocab_size(real_python)),
+        "--layout",
+        "cpu-tp1",
+        "--results-dir",
+        str(tmp_path / "r"),
+        "--metrics-interval",
+        "0.2",
+        timeout=900,
+    )
+    after = generated_total(url)
     assert done.returncode == 0, done.stdout + done.stderr
     (path,) = (tmp_path / "r").rglob("*.json")
     run = json.loads(path.read_text())

@@ -14,7 +14,8 @@ from tests.rehearsal import box as boxes
 NEEDS = ("debootstrap", "systemd-nspawn", "dpkg-deb", "gpg", "ssh")
 
 
-def _box_support() -> str | None:
+def box_support_missing() -> str | None:
+    """Why this machine cannot run rehearsal boxes, or None."""
     if os.geteuid() != 0:
         return "rehearsal boxes need root (mount, chroot, systemd-nspawn)"
     missing = [tool for tool in NEEDS if shutil.which(tool) is None]
@@ -23,7 +24,7 @@ def _box_support() -> str | None:
 
 @pytest.fixture(scope="session")
 def box_support() -> None:
-    reason = _box_support()
+    reason = box_support_missing()
     if reason:
         pytest.skip(reason)
     boxes.build_base()

@@ -33,12 +33,18 @@ ROUTER_DEFAULTS = TESTS.parent / "roles" / "sglang_router" / "defaults" / "main.
 
 
 LOADGEN_DEFAULTS = TESTS.parent / "roles" / "sglang_loadgen" / "defaults" / "main.yml"
+VENV_DEFAULTS = TESTS.parent / "roles" / "sglang_venv" / "defaults" / "main.yml"
 
 
 def locust_requirement() -> str:
     """The REAL Locust the load-generator role pins (requirements.txt's): boxes install it from the wheelhouse."""
     version = LOADGEN_DEFAULTS.read_text().split('sglang_loadgen_locust_version: "', 1)[1].split('"', 1)[0]
     return f"locust=={version}"
+
+
+def uv_requirement() -> str:
+    """The uv the venv role puts into the venv before it installs sglang with it: boxes install it from the wheelhouse."""
+    return f"uv=={yaml.safe_load(VENV_DEFAULTS.read_text())['sglang_venv_uv_version']}"
 
 
 def router_requirements() -> list[str]:
@@ -55,7 +61,7 @@ def source_tree(destination: Path) -> Path:
 
 
 def _digest() -> str:
-    hasher = hashlib.sha256(json.dumps([*RUNTIME_DEPS, *router_requirements(), locust_requirement()]).encode())
+    hasher = hashlib.sha256(json.dumps([*RUNTIME_DEPS, *router_requirements(), locust_requirement(), uv_requirement()]).encode())
     for path in sorted(p for p in SOURCE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         hasher.update(path.relative_to(SOURCE).as_posix().encode() + path.read_bytes())
     hasher.update(FLAGS.read_bytes())
@@ -63,8 +69,8 @@ def _digest() -> str:
 
 
 def wheelhouse() -> Path:
-    """A local wheelhouse with the stand-in sglang wheel and its dependencies, and the real routers (smg,
-    sglang-router) and Locust with their own, cached by content."""
+    """A local wheelhouse with the stand-in sglang wheel and its dependencies, the real routers (smg,
+    sglang-router) and Locust with their own, and the uv that installs them, cached by content."""
     target = CACHE / f"wheelhouse-{_digest()}"
 
     def build() -> str:
@@ -73,7 +79,8 @@ def wheelhouse() -> Path:
         subprocess.run([*pip, "wheel", "--no-deps", "-w", str(target), str(source)], check=True)
         subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), *RUNTIME_DEPS], check=True)
         subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), *router_requirements()], check=True)
-        subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), locust_requirement()], check=True)
+        tools = [locust_requirement(), uv_requirement()]
+        subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(target), *tools], check=True)
         shutil.rmtree(source)
         return ""
 

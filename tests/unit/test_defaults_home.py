@@ -60,6 +60,18 @@ def test_one_pip_environment_for_every_pinned_install():
     assert mirrored["PIP_EXTRA_INDEX_URL"] == "https://extra/a https://extra/b"
 
 
+def test_uv_gets_the_same_sources_as_options():
+    uv_args = filter_plugins()["sglang_uv_source_args"]
+    assert uv_args("") == []
+    offline = uv_args("", [], ["/srv/wheels", "/opt/w"], True)
+    assert offline == ["--find-links", "/srv/wheels", "--find-links", "/opt/w", "--no-index"]
+    mirrored = uv_args("https://pypi.example/simple", ["https://extra/a", "https://extra/b"])
+    assert mirrored == [
+        *("--index-url", "https://pypi.example/simple"),
+        *("--extra-index-url", "https://extra/a", "--extra-index-url", "https://extra/b"),
+    ]
+
+
 def test_the_rendered_unit_carries_its_health_url_computed_once():
     from sglang_layout.schema import parse_layouts
     from tests.unit.specs import spec
