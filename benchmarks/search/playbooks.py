@@ -69,6 +69,10 @@ def _failure(events: list[dict[str, Any]], fallback: str) -> str:
     return str(res.get("msg") or fallback).strip()[:2000]
 
 
+# The names roles/sglang_service/tasks/facts.yml reads the model's config.json and safetensors index under.
+MODEL_FILES = ("config", "index")
+
+
 @dataclass(frozen=True)
 class PreflightResult:
     verdicts: dict[str, dict[str, Any]]
@@ -104,9 +108,12 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str 
             found["serving"] = str(facts["sglang_service_serving"] or "")
         if isinstance(facts.get("ansible_local"), dict):
             found["local"] = facts["ansible_local"]
-        stat = res.get("stat") if isinstance(res.get("stat"), dict) else {}
-        if stat.get("exists") and str(stat.get("path", "")).endswith(".json"):
-            checksums[Path(str(stat["path"])).name] = str(stat.get("checksum", "?"))
+        if str(data.get("task_action", "")).endswith("sglang_read_files"):  # the model files, as the role read them
+            files = res.get("files") if isinstance(res.get("files"), dict) else {}
+            for name in MODEL_FILES:
+                read = files.get(name) or {}
+                if read.get("exists"):
+                    checksums[Path(str(read.get("path", name))).name] = str(read.get("checksum", "?"))
 
     runner = _run("playbooks/preflight.yml", inventory, {"target": host, "sglang_layouts": layouts}, on_event)
     if "verdicts" not in found:

@@ -41,7 +41,7 @@ EXAMPLES = r"""
 RETURN = r"""
 files:
   description: >-
-    By name: exists (bool), and for a file that exists checksum (SHA-1, hex) and content (base64).
+    By name: path, exists (bool), and for a file that exists checksum (SHA-1, hex) and content (base64).
   type: dict
   returned: always
 """
@@ -56,14 +56,14 @@ from ansible.module_utils.basic import AnsibleModule
 def read(path: str, max_bytes: int) -> dict:
     """One file's record; OSError or ValueError when it exists but cannot be read whole."""
     if not os.path.lexists(path):
-        return {"exists": False}
+        return {"path": path, "exists": False}
     if not os.path.isfile(path):
         raise ValueError("not a regular file")
     with open(path, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ValueError(f"larger than {max_bytes} bytes")
-    return {"exists": True, "checksum": hashlib.sha1(data).hexdigest(), "content": base64.b64encode(data).decode()}
+    return {"path": path, "exists": True, "checksum": hashlib.sha1(data).hexdigest(), "content": base64.b64encode(data).decode()}
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ this wheelhouse and `uv_wheelhouse()`'s.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 from tests.rehearsal.box import CACHE, built_once
 
 VERSION = "0.5.23"
+MODULE = "tests.rehearsal.real_sglang"  # `python -m` this: the prefetch
 
 
 class RegistryUnreachable(RuntimeError):
@@ -99,6 +101,7 @@ def install(version: str = VERSION) -> Path:
             str(Path(sys.executable).parent / "uv"),  # requirements-dev.txt pins it
             "pip",
             "install",
+            "--compile-bytecode",  # as pip does, and the role: a server start then compiles nothing
             "--python",
             str(target / "venv" / "bin" / "python"),
             "--cache-dir",
@@ -155,7 +158,7 @@ def start_prefetch(log: Path) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         return subprocess.Popen(
-            ["ionice", "-c", "3", "nice", "-n", "19", sys.executable, "-m", "tests.rehearsal.real_sglang"],
+            [*(["ionice", "-c", "3"] if shutil.which("ionice") else []), "nice", "-n", "19", sys.executable, "-m", MODULE],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -35,7 +35,7 @@ def test_each_file_as_stat_and_slurp_gave_it(tmp_path):
     files = answer["files"]
     assert files["config"]["exists"] and base64.b64decode(files["config"]["content"]) == config.read_bytes()
     assert files["config"]["checksum"] == hashlib.sha1(config.read_bytes()).hexdigest()
-    assert files["index"] == {"exists": False}
+    assert files["index"] == {"path": str(tmp_path / "model.safetensors.index.json"), "exists": False}
 
 
 def test_a_required_file_that_is_missing_fails_naming_it(tmp_path):
