@@ -139,7 +139,7 @@ TIER_MARKS = ("real_sglang", "box")  # what tests/conftest.py marks every test o
 
 
 def among(tier: Path, paths: list[Path]) -> bool:
-    """Whether a run over these paths collects the whole tier: the tier itself, a folder above it, or a file in it."""
+    """Whether a run over these paths reaches the tier: the tier itself, a folder above it, or a file in it."""
     return any(path == tier or path in tier.parents or tier in path.parents for path in paths)
 
 
