@@ -30,7 +30,7 @@ class Measured:
 
 def measure_levels(
     workload: Workload,
-    sweep: Callable[[Workload], SweepResult],
+    sweep: Callable[..., SweepResult],
     *,
     bounds: Sequence[slo.Bound] = (),
     knee: float = 0.0,
@@ -39,13 +39,21 @@ def measure_levels(
     note: Callable[[str], None] = lambda _: None,
 ) -> Measured:
     """Each planned load in turn (concurrencies, or request rates in open loop), stopping at the knee or when
-    a bound breaks; then the bracket around the SLO capacity is bisected (at most `max_probes` more levels)."""
+    a bound breaks; then the bracket around the SLO capacity is bisected (at most `max_probes` more levels).
+
+    `sweep(workload, after_level=None)` measures a workload's levels (benchmarks.sweep.run_sweep). The planned
+    loads go to one sweep that asks after each level whether to go on; with --repeats, one sweep per level.
+    """
     done = Measured()
     planned: list[float] = sorted(workload.request_rates) if workload.open_loop else sorted(workload.levels)
-    while True:
+    if workload.repeats == 1 and len(planned) > 1:
+        _planned_in_one_sweep(workload, sweep, planned, done, bounds=bounds, knee=knee, note=note)
+        planned = []
+    # Past the knee (or a failed level) nothing more is measured; past the SLO, its capacity is narrowed.
+    while done.status == "complete" and not (done.stopped and "SLO" not in done.stopped):
         if planned:
             load = planned.pop(0)
-        elif done.status == "complete" and done.probes < max_probes and done.levels and slo.usable(done.levels[-1]):
+        elif done.probes < max_probes and done.levels and slo.usable(done.levels[-1]):
             probe = slo.next_probe(done.levels, bounds, resolution=resolution)
             if probe is None:
                 break
@@ -53,7 +61,7 @@ def measure_levels(
         else:
             break
         one = workload.at_load(load)
-        name = level_name({"arrival": one.arrival(one.level_keys()[0])} if one.open_loop else {"concurrency": load})
+        name = _name(one, load)
         note(f"level {name}" + (" (narrowing the SLO capacity)" if done.probes and not planned else ""))
         sweeps: list[SweepResult] = []
         for _ in range(workload.repeats):  # --repeats: the level again on the same server, then merged
@@ -61,14 +69,7 @@ def measure_levels(
             if sweeps[-1].status == "interrupted" or not sweeps[-1].levels:
                 break
         last = sweeps[-1]
-        done.server = last.server or done.server
-        done.locust_s += sum(s.locust_s for s in sweeps)
-        if last.status == "interrupted":
-            done.levels.extend(last.levels)
-            done.status = "interrupted"
-            break
-        if not last.levels:
-            done.status, done.stopped = "failed", f"{name}: {last.error or 'no records'}"
+        if not _took(done, last, name, sum(s.locust_s for s in sweeps)):
             break
         done.levels.append(repeats.merge([s.levels[0] for s in sweeps]) if len(sweeps) > 1 else last.levels[0])
         if done.probes:
@@ -76,12 +77,58 @@ def measure_levels(
         done.stopped = slo.stop_reason(done.levels, knee=knee, slo=bounds)
         if done.stopped:
             planned = []
-            if "SLO" not in done.stopped:
-                break
     done.levels.sort(key=level_load)
     if done.status == "complete" and any(level.get("status") != "ok" for level in done.levels):
         done.status = "partial" if any(slo.usable(level) for level in done.levels) else "failed"
     return done
+
+
+def _name(workload: Workload, load: float) -> str:
+    return level_name({"arrival": workload.arrival(workload.level_keys()[0])} if workload.open_loop else {"concurrency": load})
+
+
+def _took(done: Measured, result: SweepResult, name: str, locust_s: float) -> bool:
+    """A sweep's server and time kept; False (and why) when it was interrupted or measured nothing."""
+    done.server = result.server or done.server
+    done.locust_s += locust_s
+    if result.status == "interrupted":
+        done.levels.extend(result.levels)
+        done.status = "interrupted"
+        return False
+    if not result.levels:
+        done.status, done.stopped = "failed", f"{name}: {result.error or 'no records'}"
+        return False
+    return True
+
+
+def _planned_in_one_sweep(
+    workload: Workload,
+    sweep: Callable[..., SweepResult],
+    planned: list[float],
+    done: Measured,
+    *,
+    bounds: Sequence[slo.Bound],
+    knee: float,
+    note: Callable[[str], None],
+) -> None:
+    """The planned loads, lowest first, in one sweep that stops after the level at the knee or past the SLO."""
+    together = workload.at_loads(planned)
+    names = [_name(workload.at_load(load), load) for load in planned]
+    seen: list[dict[str, Any]] = []
+
+    def after_level(level: dict[str, Any]) -> bool:
+        seen.append(level)
+        done.stopped = slo.stop_reason(seen, knee=knee, slo=bounds)
+        if not done.stopped and len(seen) < len(names):
+            note(f"level {names[len(seen)]}")
+        return not done.stopped
+
+    note(f"level {names[0]}")
+    result = sweep(together, after_level=after_level)
+    if _took(done, result, names[0], result.locust_s):
+        done.levels.extend(result.levels)
+        # Judged again on the final figures: the same records, so the same word unless the last level ran unreported.
+        done.stopped = slo.stop_reason(done.levels, knee=knee, slo=bounds)
 
 
 def capacity_sentence(levels: Sequence[dict[str, Any]], bounds: Sequence[slo.Bound]) -> str:

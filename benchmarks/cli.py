@@ -370,7 +370,7 @@ def _measure(workload: Workload, bounds: list[slo.Bound], **where: Any) -> Sweep
         return _repeated(workload, **where)
     done = measure_levels(
         workload,
-        lambda one: run_sweep(one, **where, progress=lambda _: None),
+        lambda one, after_level=None: run_sweep(one, **where, progress=lambda _: None, after_level=after_level),
         bounds=bounds,
         note=lambda line: print(f"  {line}"),
     )

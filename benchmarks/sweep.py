@@ -47,10 +47,14 @@ def run_sweep(
     api_key: str = "",
     progress: Callable[[str], None] = print,
     prompts_file: Path | None = None,
+    after_level: Callable[[dict[str, Any]], bool] | None = None,
 ) -> SweepResult:
     """Run every level through ansible-runner in a fresh private data dir; levels done survive an interrupt.
 
     `prompts_file`: the dataset's prompts as benchmarks.dataset writes them (read here when not given).
+    `after_level`: called with each level's figures as soon as its records are back (no GPU samples or bottleneck
+    yet); False leaves the later levels unmeasured. One playbook run then measures levels that a caller would
+    otherwise decide one run at a time (the knee, an SLO), without its start and its reads of the server each time.
     """
     import ansible_runner
 
@@ -74,6 +78,10 @@ def run_sweep(
         extravars["bench_locust"] = str(Path(sys.executable).parent / "locust")
     if prompts_file is not None:
         extravars["bench_prompts_source"] = str(prompts_file)
+    gate_dir = private / "gate"
+    if after_level is not None:
+        gate_dir.mkdir()
+        extravars["bench_gate_dir"] = str(gate_dir)
     if url:
         extravars["bench_url"] = url
     if server_host:
@@ -83,9 +91,30 @@ def run_sweep(
     pending = workload.level_keys()
     started: dict[str, float] = {}
     finished: set[str] = set()  # levels whose Locust run ended (their records are complete)
+    judged: dict[str, bool] = {}  # after_level's word per level
+
+    def judge(data: dict[str, Any]) -> None:
+        """The level's records are back: after_level's word, for the playbook's next level to read."""
+        reported = (data.get("res", {}).get("ansible_stats", {}).get("data", {}) or {}).get("bench_levels_run", {})
+        for key, run in reported.items():
+            if key in judged:
+                continue
+            arrival = workload.arrival(key)
+            path = records_path(output_dir, key)
+            level = summarize_level(
+                None if arrival else int(key), path, run, workload.measured_requests(key), workload.goodput, arrival
+            )
+            try:
+                judged[key] = bool(after_level(level)) if after_level is not None else True
+            finally:  # a caller that raised stops the sweep rather than leaving the playbook waiting
+                word = "go" if judged.get(key) else "stop"
+                (gate_dir / f".after-{key}").write_text(word)
+                (gate_dir / f".after-{key}").rename(gate_dir / f"after-{key}")
 
     def on_event(event: dict[str, Any]) -> bool:
         data = event.get("event_data", {})
+        if after_level is not None and event.get("event") == "runner_on_ok" and is_level_report(data):
+            judge(data)
         is_locust = is_locust_task(data)
         if event.get("event") == "playbook_on_task_start" and is_locust:
             started["t"] = time.monotonic()
@@ -158,8 +187,10 @@ def run_sweep(
         status = "interrupted"
     elif not levels:
         status = "failed"
-    elif all(level["status"] == "ok" for level in levels) and len(levels) == len(workload.level_keys()):
-        status = "complete"
+    elif all(level["status"] == "ok" for level in levels) and (
+        len(levels) == len(workload.level_keys()) or (levels and judged.get(workload.level_keys()[len(levels) - 1]) is False)
+    ):
+        status = "complete"  # every level, or every level until the caller said stop
     elif any(level["status"] != "failed" for level in levels):
         status = "partial"
     else:
@@ -197,6 +228,12 @@ def is_locust_task(event_data: dict[str, Any]) -> bool:
     """The one command task of playbooks/tasks/benchmark_level.yml: found by file and module, not by its name."""
     path = str(event_data.get("task_path", "")).rsplit(":", 1)[0]
     return path.endswith(LEVEL_TASKS) and event_data.get("task_action") in ("ansible.builtin.command", "command")
+
+
+def is_level_report(event_data: dict[str, Any]) -> bool:
+    """The set_stats task that ends each level of playbooks/tasks/benchmark_level.yml, its records fetched."""
+    path = str(event_data.get("task_path", "")).rsplit(":", 1)[0]
+    return path.endswith(LEVEL_TASKS) and str(event_data.get("task_action", "")).endswith("set_stats")
 
 
 def _keep_finished_levels(work_dir: Path, output_dir: Path, finished: set[str]) -> None:

@@ -323,9 +323,13 @@ class Workload:
 
     def at_load(self, load: float) -> Workload:
         """The same workload at one level: a request rate in open loop, else a concurrency."""
+        return self.at_loads([load])
+
+    def at_loads(self, loads: list[float]) -> Workload:
+        """The same workload at these levels, in this order: request rates in open loop, else concurrencies."""
         if self.open_loop:
-            return type(self)(**{**vars(self), "goodput": dict(self.goodput), "request_rates": [float(load)]})
-        return self.at_levels([int(load)])
+            return type(self)(**{**vars(self), "goodput": dict(self.goodput), "request_rates": [float(x) for x in loads]})
+        return self.at_levels([int(x) for x in loads])
 
     # The fields the locustfile reads as --bench-<field> options, the same at every level.
     LOCUST_FIELDS = (

@@ -178,14 +178,3 @@ def read_unit_file(text: str) -> dict[str, object]:
     if not (rank.isdigit() and nnodes.isdigit()):
         raise ValueError(f"the unit's part of its layout is not rank/nodes: {rank}/{nnodes}")
     return {"layout": found.get(LAYOUT_MARK, ""), "command": command_line, "node_rank": int(rank), "nnodes": int(nnodes)}
-
-
-def read_unit_states(shown: str) -> dict[str, dict[str, str]]:
-    """`systemctl show --property=Id,... UNIT...` -> {unit: {property: value}}: one block of NAME=VALUE
-    lines per unit, blocks apart by an empty line, each keyed by its Id (a block without one is dropped)."""
-    states: dict[str, dict[str, str]] = {}
-    for block in shown.strip().split("\n\n"):
-        properties = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        if properties.get("Id"):
-            states[properties["Id"]] = properties
-    return states

@@ -642,13 +642,14 @@ def _measure(
     }
     measured = measure_levels(
         workload,
-        lambda one: run_sweep(
+        lambda one, after_level=None: run_sweep(
             one,
             server_host=host,
             inventory=options.inventory,
             loadgen=options.loadgen,
             api_key=options.api_key,
             progress=lambda _: None,
+            after_level=after_level,
         ),
         bounds=options.slo,
         knee=options.knee,

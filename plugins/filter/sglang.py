@@ -180,11 +180,6 @@ def sglang_service_fact(instance: str) -> str:
     return instances.fact_name(instance)
 
 
-def sglang_unit_states(shown: str) -> dict[str, dict[str, str]]:
-    """`systemctl show --property=Id,... UNIT...` output -> {unit: {property: value}}."""
-    return unit.read_unit_states(shown or "")
-
-
 def sglang_unit_pattern(instance: str) -> str:
     """The file names of an instance's units, as a regular expression."""
     return instances.unit_pattern(instance)
@@ -242,7 +237,6 @@ class FilterModule:
             "sglang_instance_name": sglang_instance_name,
             "sglang_service_fact": sglang_service_fact,
             "sglang_unit_pattern": sglang_unit_pattern,
-            "sglang_unit_states": sglang_unit_states,
             "sglang_gpu_slice": sglang_gpu_slice,
             "sglang_instance_conflicts": sglang_instance_conflicts,
             "sglang_first_on_machine": sglang_first_on_machine,

@@ -1,12 +1,15 @@
 """What this project's modules read and do on the GPU host: a unit's state, its health, the GPUs' holders.
 
-Shared by sglang_wait_healthy, sglang_gpu_holders and sglang_swap (they import it as
+Shared by sglang_wait_healthy, sglang_gpu_holders, sglang_swap and sglang_units (they import it as
 ansible.module_utils.sglang_host; ansible.cfg names this folder). Standard library only: it runs on
 the host, where neither the project nor its requirements are installed.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -188,3 +191,31 @@ class GpuHolders:
             "Stop those processes (a server started by hand?) or raise sglang_service_gpu_free_timeout; "
             "the new layout was not started, since it would run out of memory loading."
         )
+
+
+def running_swap(lock_path: str) -> dict | None:
+    """The swap holding the lock now (what its lock file says), or None."""
+    try:
+        handle = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with open(lock_path) as text:
+                try:
+                    return json.loads(text.read() or "{}")
+                except ValueError:
+                    return {}
+        return None
+    finally:
+        os.close(handle)
+
+
+def refusal(lock_path: str, holder: dict) -> str:
+    return (
+        f"A swap is running on this server now: to {holder.get('unit', '?')} from {holder.get('previous') or 'nothing'}, "
+        f"begun {holder.get('began', '?')} (pid {holder.get('pid', '?')}), at step: {holder.get('step', '?')}. "
+        f"It finishes on its own; deploy again once it has (playbooks/status.yml shows the result). Lock: {lock_path}."
+    )

@@ -8,13 +8,14 @@ module: sglang_swap
 short_description: Swap the serving SGLang layout on this host, and roll back on the host if it fails
 description:
   - Stops and disables the other layouts, waits until their GPUs are free, starts the new layout, waits until
-    it generates, enables it and writes the record of what serves; when any step fails, reads the failed
+    it generates, enables it, writes the record of what serves and measures the GPU memory it holds; when any
+    step fails, reads the failed
     start's journal, stops and disables it, puts back the serving unit's previous file, and starts, waits for,
     enables and records the previous layout.
   - Run it with async and poll 0 (roles/sglang_service/tasks/swap_on_host.yml) so that it runs detached on the
     host; a controller killed or interrupted mid-swap leaves the swap to finish here.
-  - Holds an exclusive lock for its whole run; a second swap on the same server, or a probe, is refused while
-    it runs, with what runs.
+  - Holds an exclusive lock for its whole run; a second swap on the same server is refused while it runs, with
+    what runs (sglang_units refuses one before anything changes).
   - It always exits successfully when the swap ran; the outcome says what happened, the caller fails the run.
 options:
   unit:
@@ -82,10 +83,6 @@ options:
     description: The lock file that keeps two swaps of one server apart.
     type: path
     required: true
-  probe:
-    description: Only say whether a swap runs now (fail naming it if so); change nothing.
-    type: bool
-    default: false
 author: sglang-layouts project
 """
 
@@ -113,7 +110,9 @@ steps:
   type: list
   returned: always
 health:
-  description: The new layout's wait (elapsed, load_s, restarted) when it became healthy.
+  description: >-
+    The new layout's wait (elapsed, load_s, restarted) when it became healthy, and gpu_used_mib, the GPU memory
+    held on its GPUs then (null without nvidia-smi or when it could not be read).
   type: dict
   returned: when swapped
 failure:
@@ -144,6 +143,8 @@ from ansible.module_utils.sglang_host import (
     gpu_indices,
     http_status,
     journal_argv,
+    refusal,
+    running_swap,
     seconds_since_start,
     unhealthy_reason,
     unit_state,
@@ -225,7 +226,17 @@ class Swap:
         self.step(f"enable {unit} and record it")
         self.systemctl("enable", unit)
         self.record(self.p["record"])
-        return health
+        return {**health, "gpu_used_mib": self.gpu_used_mib(smi)}
+
+    def gpu_used_mib(self, smi: str | None) -> int | None:
+        """What the serving layout holds on its GPUs (a figure for the caller: never a reason to fail the swap)."""
+        if not smi or not self.p["gpus"]:
+            return None
+        try:
+            holders = GpuHolders(self.module.run_command, smi, gpu_indices(self.p["gpus"]), []).now()
+        except (HostError, ValueError):
+            return None
+        return sum(h["used_mib"] for h in holders)
 
     def restore_unit_file(self) -> None:
         """The unit file as it was before this swap rewrote it, and systemd told."""
@@ -305,34 +316,6 @@ def write_atomically(path: str, content: str, mode: int) -> None:
         raise
 
 
-def running_swap(lock_path: str) -> dict | None:
-    """The swap holding the lock now (what its lock file says), or None."""
-    try:
-        handle = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            with open(lock_path) as text:
-                try:
-                    return json.loads(text.read() or "{}")
-                except ValueError:
-                    return {}
-        return None
-    finally:
-        os.close(handle)
-
-
-def refusal(lock_path: str, holder: dict) -> str:
-    return (
-        f"A swap is running on this server now: to {holder.get('unit', '?')} from {holder.get('previous') or 'nothing'}, "
-        f"begun {holder.get('began', '?')} (pid {holder.get('pid', '?')}), at step: {holder.get('step', '?')}. "
-        f"It finishes on its own; deploy again once it has (playbooks/status.yml shows the result). Lock: {lock_path}."
-    )
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -352,12 +335,11 @@ def main() -> None:
             "interval": {"type": "float", "default": 1.0},
             "journal_lines": {"type": "int", "default": 80},
             "lock_path": {"type": "path", "required": True},
-            "probe": {"type": "bool", "default": False},
         },
-        supports_check_mode=True,  # a probe only reads; a swap in check mode does nothing
+        supports_check_mode=True,  # a swap in check mode only says whether another runs
     )
     lock_path = module.params["lock_path"]
-    if module.params["probe"] or module.check_mode:
+    if module.check_mode:
         holder = running_swap(lock_path)
         if holder is not None:
             module.fail_json(msg=refusal(lock_path, holder), running=holder)

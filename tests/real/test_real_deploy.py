@@ -179,5 +179,4 @@ def test_the_real_server_takes_its_api_key_from_the_credential_file_under_the_sa
     assert traces.stdout.strip() == ""
     status = run_playbook("playbooks/status.yml", inventory)
     assert "sandbox: sglang-tiny-cpu-a.service:" in status.stdout, status.stdout[-2000:]
-    unkeyed = deploy(real_box, "cpu-a")
-    assert unkeyed.returncode == 0 and wait_http(base + "/v1/models", 30) == 200
+    # The key's removal restarts the server without it: test_deploy_trust.py, on the stand-in (a launch less here).

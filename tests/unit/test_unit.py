@@ -5,7 +5,7 @@ import shlex
 import pytest
 
 from sglang_layout.schema import parse_layout
-from sglang_layout.unit import read_unit_file, read_unit_states, systemd_assignment, systemd_word
+from sglang_layout.unit import read_unit_file, systemd_assignment, systemd_word
 from tests.unit import specs
 
 
@@ -48,16 +48,3 @@ def test_a_unit_file_says_its_layout_command_and_node_part():
     }
     with pytest.raises(ValueError, match="not rank/nodes: x/1"):
         read_unit_file("X-SGLang-Node=x/1\n")
-
-
-def test_the_units_states_are_read_from_one_systemctl_show_over_several_units():
-    shown = (
-        "Id=sglang-k26-ep8.service\nSubState=running\nUnitFileState=enabled\n\n"
-        "Id=sglang-k26-tp8.service\nSubState=dead\nUnitFileState=disabled\n\n"
-        "SubState=dead\n"  # no Id: not a unit systemd knows by that name
-    )
-    assert read_unit_states(shown) == {
-        "sglang-k26-ep8.service": {"Id": "sglang-k26-ep8.service", "SubState": "running", "UnitFileState": "enabled"},
-        "sglang-k26-tp8.service": {"Id": "sglang-k26-tp8.service", "SubState": "dead", "UnitFileState": "disabled"},
-    }
-    assert read_unit_states("") == {}
