@@ -9,9 +9,8 @@ short_description: Swap the serving SGLang layout on this host, and roll back on
 description:
   - Stops and disables the other layouts, waits until their GPUs are free, starts the new layout, waits until
     it generates, enables it, writes the record of what serves and measures the GPU memory it holds; when any
-    step fails, reads the failed
-    start's journal, stops and disables it, puts back the serving unit's previous file, and starts, waits for,
-    enables and records the previous layout.
+    step fails, reads the failed start's journal, stops and disables it, puts back the serving unit's previous
+    file, and starts, waits for, enables and records the previous layout.
   - Run it with async and poll 0 (roles/sglang_service/tasks/swap_on_host.yml) so that it runs detached on the
     host; a controller killed or interrupted mid-swap leaves the swap to finish here.
   - Holds an exclusive lock for its whole run; a second swap on the same server is refused while it runs, with
