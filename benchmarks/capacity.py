@@ -1,7 +1,8 @@
 """Levels lowest first until the knee or the SLO breaks, then bisection of the SLO capacity, on one server.
 
-Shared by `run --slo` and the layout search: each level is one sweep (through ansible-runner), measured
-`--repeats` times and merged; the decisions are benchmarks.slo's pure functions.
+Shared by `run --slo` and the layout search: the planned levels are one sweep (through ansible-runner) that
+asks after each level whether to go on; each bisection probe is a sweep of its own, and with `--repeats` each
+level is, measured that many times and merged. The decisions are benchmarks.slo's pure functions.
 """
 
 from __future__ import annotations

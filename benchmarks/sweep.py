@@ -95,6 +95,8 @@ def run_sweep(
 
     def judge(data: dict[str, Any]) -> None:
         """The level's records are back: after_level's word, for the playbook's next level to read."""
+        if after_level is None:
+            return
         reported = (data.get("res", {}).get("ansible_stats", {}).get("data", {}) or {}).get("bench_levels_run", {})
         for key, run in reported.items():
             if key in judged:
@@ -105,7 +107,7 @@ def run_sweep(
                 None if arrival else int(key), path, run, workload.measured_requests(key), workload.goodput, arrival
             )
             try:
-                judged[key] = bool(after_level(level)) if after_level is not None else True
+                judged[key] = bool(after_level(level))
             finally:  # a caller that raised stops the sweep rather than leaving the playbook waiting
                 word = "go" if judged.get(key) else "stop"
                 (gate_dir / f".after-{key}").write_text(word)
@@ -113,7 +115,7 @@ def run_sweep(
 
     def on_event(event: dict[str, Any]) -> bool:
         data = event.get("event_data", {})
-        if after_level is not None and event.get("event") == "runner_on_ok" and is_level_report(data):
+        if event.get("event") == "runner_on_ok" and is_level_report(data):
             judge(data)
         is_locust = is_locust_task(data)
         if event.get("event") == "playbook_on_task_start" and is_locust:
@@ -188,7 +190,7 @@ def run_sweep(
     elif not levels:
         status = "failed"
     elif all(level["status"] == "ok" for level in levels) and (
-        len(levels) == len(workload.level_keys()) or (levels and judged.get(workload.level_keys()[len(levels) - 1]) is False)
+        len(levels) == len(workload.level_keys()) or judged.get(workload.level_keys()[len(levels) - 1]) is False
     ):
         status = "complete"  # every level, or every level until the caller said stop
     elif any(level["status"] != "failed" for level in levels):
