@@ -1,12 +1,12 @@
 """nvidia-smi's GPU query -> the record preflight reads."""
 
-import importlib.util
 import time
 
 import pytest
 
 from sglang_layout.gpus import QUERY_FIELDS, describe, parse_gpu_query
 from tests.conftest import REPO
+from tests.unit.host_modules import host_helpers
 
 FIELD_BOX = "\n".join(f"{i}, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 97249, 580.95.05, 12.0, 5, 16" for i in range(8))
 
@@ -61,14 +61,6 @@ def test_the_role_asks_nvidia_smi_for_the_fields_the_parser_reads():
 def test_answers_that_are_not_a_gpu_list_are_refused_with_the_line(text, message):
     with pytest.raises(ValueError, match=message):
         parse_gpu_query(text)
-
-
-def host_helpers():
-    """The modules' shared code (plugins/module_utils/sglang_host.py), standard library only."""
-    spec = importlib.util.spec_from_file_location("sglang_host", REPO / "plugins" / "module_utils" / "sglang_host.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_compute_processes_are_matched_to_the_wanted_gpus_by_bus_id():

@@ -7,26 +7,18 @@ the unit file fails with ENOSPC, and the swap must still end with one layout ser
 from __future__ import annotations
 
 import errno
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.unit.host_modules import host_module
 
 
 @pytest.fixture
 def swap_module(monkeypatch) -> ModuleType:
     """sglang_swap.py with its shared code under the name Ansible gives it (ansible.module_utils.sglang_host)."""
-    helpers = importlib.util.spec_from_file_location("sglang_host", REPO / "plugins" / "module_utils" / "sglang_host.py")
-    host = importlib.util.module_from_spec(helpers)
-    helpers.loader.exec_module(host)
-    monkeypatch.setitem(sys.modules, "ansible.module_utils.sglang_host", host)
-    spec = importlib.util.spec_from_file_location("sglang_swap", REPO / "plugins" / "modules" / "sglang_swap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = host_module("sglang_swap", monkeypatch)
     # Every start is healthy at once: the faults here are the disk's.
     monkeypatch.setattr(module, "wait_healthy", lambda *_: ("healthy", 200, {"ActiveState": "active"}, 0))
     return module

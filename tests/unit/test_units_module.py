@@ -4,30 +4,21 @@ and two slurps gave the swap (the box tiers run it on every deploy, status and s
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import json
 import os
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.unit.host_modules import host_module
+
 PATTERN = r"^sglang-[a-z0-9-]+\.service$"  # sglang_layout.instances.unit_pattern("")
 
 
 @pytest.fixture
 def units_module(monkeypatch) -> ModuleType:
     """sglang_units.py with its shared code under the name Ansible gives it (ansible.module_utils.sglang_host)."""
-    helpers = importlib.util.spec_from_file_location("sglang_host", REPO / "plugins" / "module_utils" / "sglang_host.py")
-    host = importlib.util.module_from_spec(helpers)
-    helpers.loader.exec_module(host)
-    monkeypatch.setitem(sys.modules, "ansible.module_utils.sglang_host", host)
-    spec = importlib.util.spec_from_file_location("sglang_units", REPO / "plugins" / "modules" / "sglang_units.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return host_module("sglang_units", monkeypatch)
 
 
 def test_only_this_servers_unit_files_with_the_projects_mark_are_found(units_module, tmp_path):
