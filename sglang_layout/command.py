@@ -79,15 +79,15 @@ def service_environment(
 ) -> dict[str, str]:
     """The unit's environment, as in the field notes: venv's CUDA 13 libraries before the toolkit's."""
     site = f"{venv}/lib/python{python_version}/site-packages/nvidia"
-    env = {
+    own = {
         "CUDA_VISIBLE_DEVICES": cuda_visible_devices(layout, gpu_ids),
         "PATH": f"{cuda_home}/bin:{venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LD_LIBRARY_PATH": f"{site}/cu13/lib:{site}/cuda_runtime/lib:{cuda_home}/lib64",
         "CUDA_HOME": cuda_home,
     }
-    env.update(base_env or {})
-    env.update(layout.env)
-    return env
+    # The declaration may not set these (sglang_layout.envrules); were one to slip through, the unit's own win.
+    declared = {**(base_env or {}), **layout.env}
+    return {**own, **{name: value for name, value in declared.items() if name not in own}}
 
 
 def shell_line(argv: list[str]) -> str:

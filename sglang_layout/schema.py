@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_layout import defaults, flags, hardening, reserved, text
+from sglang_layout import defaults, envrules, flags, hardening, reserved, text
 from sglang_layout.drafts import DRAFT_FLAGS, Draft
 from sglang_layout.errors import DeclarationError
 
@@ -55,12 +55,6 @@ GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what Ansible accepts as a 
 MAX_WIDTH = 1024  # per parallel size
 MAX_GPUS = 4096  # dp x tp x pp: bounds what is rendered (CUDA_VISIBLE_DEVICES) before any verdict
 MAX_ARGS = 256
-# Variables that load code into the server process: the declaration is data, never code.
-CODE_LOADING_ENV = frozenset({"LD_PRELOAD", "LD_AUDIT", "PYTHONSTARTUP", "PYTHONINSPECT", "BASH_ENV", "ENV", "PYTHONBREAKPOINT"})
-# Variables the project sets itself, and from what.
-PROJECT_ENV = {
-    "CUDA_VISIBLE_DEVICES": "the project picks the GPUs from the layout's sizes and the instance's sglang_gpu_ids",
-}
 # Server flags whose values the rules read: they must be numbers of the right kind and range.
 NUMERIC_ARGS: dict[str, tuple[type, float, float, float]] = {
     "mem-fraction-static": (float, 0.0, 1.0, 0.88),
@@ -264,10 +258,8 @@ def _env(path: str, raw: Any) -> dict[str, str]:
         text.matching(
             here, name, ENV_NAME, max_length=128, what="a valid environment variable name", fix="use [A-Za-z_][A-Za-z0-9_]*"
         )
-        if name in PROJECT_ENV:
-            raise text.refuse(here, value, PROJECT_ENV[name], "remove it from env")
-        if name in CODE_LOADING_ENV:
-            raise text.refuse(here, value, f"{name} loads code into the server", "remove it; install what you need into the venv")
+        if refused := envrules.refusal(name):
+            raise text.refuse(here, value, *refused)
         if isinstance(value, (Mapping, list)) or value is None:
             raise text.refuse(here, value, "an environment value must be a scalar", "quote it as a string")
         if isinstance(value, bool):

@@ -138,6 +138,14 @@ def unit_spec(
         ): (text.plain_text(f"install environment {key}", value))
         for key, value in (base_env or {}).items()
     }
+    for name, value in layout.env.items():
+        if name in base_env:
+            raise text.refuse(
+                f"sglang_layouts.{layout.name}.env.{name}",
+                value,
+                f"the host's install record sets {name} ({base_env[name]})",
+                "remove it from env; change it through the sglang_venv role's variables",
+            )
     environment = command.service_environment(
         layout, venv=venv, cuda_home=cuda_home, python_version=python_version, base_env=base_env, gpu_ids=gpu_ids
     )

@@ -200,6 +200,23 @@ def test_smuggled_flags_are_refused_before_the_host_changes_even_with_preflight_
     assert (main_pid(box, "inj"), project_units(box)) == before
 
 
+@pytest.mark.parametrize("preflight", ["true", "false"])
+def test_a_planted_sitecustomize_never_runs_the_code_loading_variable_is_refused(provisioned, preflight):
+    """As a local user who can write /var/tmp would try it: code on a PYTHONPATH the declaration names."""
+    box = provisioned.box
+    planted = box.root / "var" / "tmp" / "pp"
+    planted.mkdir(parents=True, exist_ok=True)
+    (planted / "sitecustomize.py").write_text("open('/var/tmp/sitecustomize-ran', 'w').write('ran')\n")
+    before = (main_pid(box, "inj"), project_units(box))
+    layouts = {"pp": {"tp": 8, "ep": 8, "env": {"PYTHONPATH": "/var/tmp/pp"}}}
+    refused = deploy(provisioned, "pp", "-e", f"preflight={preflight}", extra_vars={"sglang_layouts": layouts})
+    assert refused.returncode != 0 and refused.changed(box.name) == 0
+    assert "sglang_layouts.pp.env.PYTHONPATH" in refused.stdout, refused.stdout[-3000:]
+    assert "can make Python load or redirect code" in refused.stdout
+    assert not (box.root / "var" / "tmp" / "sitecustomize-ran").exists()
+    assert (main_pid(box, "inj"), project_units(box)) == before
+
+
 def secret_traces(box) -> str:
     """Where a key must never be: units, world-readable state, and every process's command line."""
     # The pattern comes from a file, so grep's own command line does not hold it.

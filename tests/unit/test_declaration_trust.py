@@ -59,6 +59,44 @@ def test_env_names_match_whole_and_never_load_code(name):
     assert error.field_path.startswith("sglang_layouts.ep8.env.")
 
 
+CODE_LOADING = {
+    "PYTHONPATH": "Python load or redirect code",
+    "PYTHONHOME": "Python load or redirect code",
+    "PYTHONWARNINGS": "Python load or redirect code",
+    "PYTHONPYCACHEPREFIX": "Python load or redirect code",
+    "LD_LIBRARY_PATH": "the unit sets it",
+    "LD_BIND_NOW": "dynamic loader",
+    "GCONV_PATH": "dynamic loader",
+    "PATH": "the unit sets it",
+    "CUDA_HOME": "the unit sets it",
+    "CUDA_VISIBLE_DEVICES": "picks the GPUs",
+    "NCCL_NET_PLUGIN": "plugin or injection",
+    "NCCL_TUNER_PLUGIN": "plugin or injection",
+    "CUDA_INJECTION64_PATH": "search path or the path",
+    "TRITON_PTXAS_PATH": "search path or the path",
+    "BASH_ENV": "shell run code",
+    "BASH_FUNC_x": "shell run code",
+}
+
+
+@pytest.mark.parametrize(("name", "said"), CODE_LOADING.items())
+def test_code_loading_and_unit_variables_are_refused_by_rule_with_the_field_and_the_fix(name, said):
+    error = refused(parse_layout, "ep8", {"env": {name: "/dev/shm/pp"}})
+    assert error.field_path == f"sglang_layouts.ep8.env.{name}" and said in error.problem, error.problem
+    assert error.fix
+
+
+@pytest.mark.parametrize("name", ["NCCL_ALGO", "NCCL_P2P_LEVEL", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "NCCL_TOPO_FILE"])
+def test_tuning_variables_pass_the_env_rule(name):
+    assert parse_layout("ep8", {"env": {name: "1"}}).env == {name: "1"}
+
+
+def test_common_env_is_held_to_the_same_rule():
+    with pytest.raises(DeclarationError) as caught:
+        parse_layout("ep8", {"tp": 8}, common_env={"PYTHONPATH": "/dev/shm/pp"})
+    assert caught.value.field_path == "sglang_common_env.PYTHONPATH"
+
+
 @pytest.mark.parametrize(
     ("spec", "field_path"),
     [

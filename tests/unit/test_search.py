@@ -108,7 +108,16 @@ def test_an_environment_axis_goes_into_the_candidates_env_as_text_beside_the_fla
     assert parsed[candidates[1].name].env == {"OMP_NUM_THREADS": "8", "NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}
 
 
-@pytest.mark.parametrize(("variable", "said"), [("CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"), ("LD_PRELOAD", "loads code")])
+@pytest.mark.parametrize(
+    ("variable", "said"),
+    [
+        ("CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+        ("LD_PRELOAD", "dynamic loader"),
+        ("PYTHONPATH", "load or redirect code"),
+        ("NCCL_NET_PLUGIN", "plugin"),
+        ("CUDA_INJECTION64_PATH", "search path"),
+    ],
+)
 def test_an_environment_axis_is_held_to_the_declarations_rules(variable, said):
     candidates = expand(LAYOUTS, ["ep8"], [parse_grid(f"env.{variable}=x")])
     with pytest.raises(DeclarationError, match=said):

@@ -48,3 +48,15 @@ def test_a_unit_file_says_its_layout_command_and_node_part():
     }
     with pytest.raises(ValueError, match="not rank/nodes: x/1"):
         read_unit_file("X-SGLang-Node=x/1\n")
+
+
+def test_the_install_records_variables_are_the_hosts_not_the_layouts():
+    from sglang_layout.errors import DeclarationError
+
+    layout = parse_layout("ep8", {"tp": 8, "env": {"FLASHINFER_CUBIN_DIR": "/dev/shm/cubins"}})
+    with pytest.raises(DeclarationError) as caught:
+        specs.spec(layout, base_env={"FLASHINFER_CUBIN_DIR": "/opt/cubins"})
+    assert caught.value.field_path == "sglang_layouts.ep8.env.FLASHINFER_CUBIN_DIR"
+    assert "install record sets FLASHINFER_CUBIN_DIR" in caught.value.problem
+    environment = specs.spec(layout).environment
+    assert environment["FLASHINFER_CUBIN_DIR"] == "/dev/shm/cubins" and list(environment)[0] == "CUDA_VISIBLE_DEVICES"
