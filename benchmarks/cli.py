@@ -347,6 +347,9 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
         capacity = capacity_sentence(sweep.levels, args.slo)
         bounds = [vars(bound) for bound in args.slo]
         record["slo"] = {"bounds": bounds, "bracket": list(slo.bracket(sweep.levels, args.slo)), "capacity": capacity}
+    if sweep.status == "interrupted" and not sweep.levels:  # nothing measured, and no layout read: nothing to keep
+        print("interrupted before any level finished: nothing measured, nothing recorded", flush=True)
+        return 130
     print(report.level_table(sweep.levels) if sweep.levels else "no level ran")  # first: a full disk loses no figure
     if args.slo:
         print(record["slo"]["capacity"])
@@ -356,7 +359,7 @@ def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None
     except OSError as exc:
         print(
             f"error: the record could not be saved under {args.results_dir} ({exc.strerror or exc}); nothing partial was "
-            "left there. The figures are in the table above; free some space and run again to keep a record.",
+            f"left there. The figures are in the table above; {results.write_fix(exc)}, and run again to keep a record.",
             file=sys.stderr,
         )
         return 1

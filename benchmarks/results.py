@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -41,17 +42,88 @@ def utc_stamp(moment: datetime | None = None) -> str:
     return (moment or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
 
 
+# Kernel and device file systems: a folder there holds no records (and root may "write" to some of them).
+PSEUDO_FILESYSTEMS = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "devtmpfs",
+        "devpts",
+        "cgroup",
+        "cgroup2",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "pstore",
+        "bpf",
+        "configfs",
+        "fusectl",
+        "mqueue",
+        "hugetlbfs",
+        "binfmt_misc",
+        "efivarfs",
+        "autofs",
+        "nsfs",
+        "selinuxfs",
+        "rpc_pipefs",
+    }
+)
+
+
+def filesystem_type(path: Path, mountinfo: str | None = None) -> str:
+    """The type of the file system holding `path` (the deepest mount point above it), from /proc/self/mountinfo."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return ""
+    target, best, kind = os.path.realpath(path), "", ""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        point = fields[4].replace("\\040", " ")
+        after = line.split(" - ", 1)[1].split()
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best) and after:
+            best, kind = point, after[0]
+    return kind
+
+
 def results_dir_problem(results_dir: Path) -> str | None:
-    """Why records could not be written under `results_dir` (checked before anything is measured), or None."""
+    """Why records could not be written under `results_dir` (checked before anything is measured), or None.
+
+    It must be (or become) a folder on a real file system where a file can be written and removed."""
+    where = f"--results-dir {results_dir}"
+    nearest = next((p for p in [results_dir, *results_dir.parents] if p.exists()), Path("/"))
+    kind = filesystem_type(nearest)
+    if kind in PSEUDO_FILESYSTEMS:
+        return f"{where}: is on {kind}, a kernel file system that holds no files; name a folder on a disk"
     try:
         results_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        return f"--results-dir {results_dir}: is a file, not a folder; name a folder"
+        return f"{where}: is a file, not a folder; name a folder"
     except OSError as exc:
-        return f"--results-dir {results_dir}: cannot be created ({exc.strerror or exc}); name a folder you can write"
+        return f"{where}: cannot be created ({exc.strerror or exc}); name a folder you can write"
     if not os.access(results_dir, os.W_OK | os.X_OK):
-        return f"--results-dir {results_dir}: not writable; name a folder you can write"
+        return f"{where}: not writable; name a folder you can write"
+    try:  # the real test: a file written, synced and removed
+        with tempfile.NamedTemporaryFile("w", dir=results_dir, prefix=".probe-") as probe:
+            probe.write("{}\n")
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        return f"{where}: a file cannot be written there ({exc.strerror or exc}); {write_fix(exc)}"
     return None
+
+
+def write_fix(exc: OSError) -> str:
+    """What to do about a failed write, by its cause."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free some space there, or name another folder"
+    if exc.errno == errno.EROFS:
+        return "it is mounted read-only; name a folder you can write"
+    return "name a folder you can write"
 
 
 def save_record(record: dict[str, Any], results_dir: Path, host: str, layout: str, stamp: str | None = None) -> Path:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import bottleneck, dataset, gpu_telemetry
+from benchmarks import bottleneck, dataset, gpu_telemetry, leftovers
 from benchmarks.levels import summarize_level
 from benchmarks.processes import stop_process_tree
 from benchmarks.workload import Workload, level_name
@@ -26,6 +26,8 @@ PLAYBOOK = REPO / "playbooks" / "benchmark.yml"
 LOCUSTFILE = REPO / "benchmarks" / "locustfile.py"
 LEVEL_TASKS = "playbooks/tasks/benchmark_level.yml"  # its command tasks run Locust
 LOCAL = ("localhost", "127.0.0.1")
+STOP_PLAYBOOK = REPO / "playbooks" / "benchmark_stop.yml"
+STOP_TIMEOUT_S = 60
 
 
 @dataclass
@@ -56,16 +58,39 @@ def run_sweep(
     yet); False leaves the later levels unmeasured. One playbook run then measures levels that a caller would
     otherwise decide one run at a time (the knee, an SLO), without its start and its reads of the server each time.
     """
+    leftovers.remove_stale()  # what a SIGKILLed run left on this machine (it may hold the API key)
+    private = Path(tempfile.mkdtemp(prefix=leftovers.prefix(leftovers.RUNNER)))
+    try:  # it holds the API key (the playbook's variables): removed on every exit
+        return _sweep(private, workload, url, server_host, inventory, loadgen, api_key, progress, prompts_file, after_level)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _sweep(
+    private: Path,
+    workload: Workload,
+    url: str,
+    server_host: str,
+    inventory: Path | None,
+    loadgen: str,
+    api_key: str,
+    progress: Callable[[str], None],
+    prompts_file: Path | None,
+    after_level: Callable[[dict[str, Any]], bool] | None,
+) -> SweepResult:
     import ansible_runner
 
-    private = Path(tempfile.mkdtemp(prefix="sglang-bench-runner-"))
     output_dir = private / "artifacts" / "records"
     output_dir.mkdir(parents=True)
     private_tmp = private / "tmp"
     private_tmp.mkdir()
     if workload.dataset and prompts_file is None:
         prompts_file = dataset.write_prompts(dataset.load_prompts(Path(workload.dataset)), private / "prompts.jsonl")
-    work_dir = f"/tmp/sglang-bench-{secrets.token_hex(8)}"  # on the load generator; removed here if interrupted
+    # On the load generator (this machine's temporary folder when it is local) and on the server host; both
+    # named here so that an interrupted sweep removes them (playbooks/benchmark_stop.yml for the remote ones).
+    local_tmp = Path(tempfile.gettempdir()) if loadgen in LOCAL else Path("/tmp")
+    work_dir = str(local_tmp / f"{leftovers.prefix(leftovers.WORK)}{secrets.token_hex(8)}")
+    gpu_work_dir = f"/tmp/{leftovers.prefix(leftovers.GPU)}{secrets.token_hex(8)}"
     extravars = {
         **workload.extravars(),
         "bench_output_dir": str(output_dir),
@@ -73,6 +98,7 @@ def run_sweep(
         "bench_locustfile": str(LOCUSTFILE),
         "bench_api_key": api_key,
         "bench_work_dir": work_dir,
+        "bench_gpu_work_dir": gpu_work_dir,
     }
     if loadgen in LOCAL:  # here: this venv's Locust; elsewhere the one playbooks/loadgen.yml installed
         extravars["bench_locust"] = str(Path(sys.executable).parent / "locust")
@@ -143,6 +169,12 @@ def run_sweep(
     # Only the main thread may take signals; a search over several hosts runs sweeps in threads (it takes Ctrl-C itself).
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
+    envvars = {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        # Modules run here unpack into TMPDIR; an interrupted one leaves that behind unless it is ours.
+        "TMPDIR": str(private_tmp),
+    }
     try:
         runner = ansible_runner.run(
             private_data_dir=str(private),
@@ -151,12 +183,7 @@ def run_sweep(
             inventory=str(inventory) if inventory else None,
             cmdline=f"-e @{vars_file}",
             quiet=True,
-            envvars={
-                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-                # Modules run here unpack into TMPDIR; an interrupted one leaves that behind unless it is ours.
-                "TMPDIR": str(private_tmp),
-            },
+            envvars=envvars,
             event_handler=on_event,
             cancel_callback=lambda: interrupted["flag"],
         )
@@ -168,6 +195,11 @@ def run_sweep(
             if loadgen in LOCAL:
                 _keep_finished_levels(Path(work_dir), output_dir, finished)
                 shutil.rmtree(work_dir, ignore_errors=True)
+            remote = {"bench_server_host": server_host, "bench_gpu_work_dir": gpu_work_dir, "bench_work_dir": work_dir}
+            if loadgen not in LOCAL:
+                remote["bench_remote_loadgen"] = loadgen
+            if server_host or loadgen not in LOCAL:
+                stop_on_hosts(private, inventory, remote, envvars, progress)
     stats = _artifact_data(runner)
     levels_run = stats.get("bench_levels_run", {})
     server = stats.get("bench_server", {})
@@ -198,8 +230,37 @@ def run_sweep(
     else:
         status = "failed"
     error = "" if status in ("complete", "interrupted") else _failure_reason(runner, levels)
-    shutil.rmtree(private, ignore_errors=True)
     return SweepResult(status=status, levels=levels, server=server, error=error, locust_s=started.get("locust", 0.0))
+
+
+def stop_on_hosts(
+    private: Path, inventory: Path | None, variables: dict[str, Any], envvars: dict[str, str], progress: Callable[[str], None]
+) -> None:
+    """After an interrupt: stop the sampler on the server host and Locust on remote load generators, and remove
+    their directories (playbooks/benchmark_stop.yml), bounded in time; a second Ctrl-C gives up on it."""
+    import ansible_runner
+
+    stop_dir = private / "stop"
+    stop_dir.mkdir(exist_ok=True)
+    vars_file = unsafe_vars_file(stop_dir / "stop-vars.yml", {k: v for k, v in variables.items() if v})
+    progress("  interrupted: stopping what the sweep started on the hosts (the GPU sampler, remote Locust)")
+    try:
+        stopped = ansible_runner.run(
+            private_data_dir=str(stop_dir),
+            project_dir=str(REPO),
+            playbook=str(STOP_PLAYBOOK),
+            inventory=str(inventory) if inventory else None,
+            cmdline=f"-e @{vars_file}",
+            quiet=True,
+            envvars=envvars,
+            timeout=STOP_TIMEOUT_S,
+        )
+    except KeyboardInterrupt:
+        stop_process_tree()
+        progress("  interrupted again: the sampler on the server host stops at its own time bound")
+        return
+    if stopped.status != "successful":
+        progress(f"  could not stop everything on the hosts (the stop playbook ended {stopped.status})")
 
 
 def records_path(output_dir: Path, key: str) -> Path:

@@ -47,12 +47,17 @@ def save(manifest: dict[str, Any], path: Path) -> Path:
     """Write the whole manifest to a temporary file beside it, then rename it over the old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     manifest["updated"] = results.utc_stamp()
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".partial-", suffix=".json", delete=False) as handle:
-        json.dump(secrets.redact(manifest), handle, indent=2, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(handle.name, path)
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=".partial-", suffix=".json")
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(secrets.redact(manifest), handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except BaseException:  # a full disk: the last good manifest stays, and no partial file beside it
+        Path(partial).unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -77,6 +77,10 @@ class SearchError(Exception):
     """The search cannot start (bad input or the box cannot be read); nothing on the box changed."""
 
 
+class ResultsWriteError(Exception):
+    """A record or the manifest could not be written mid-search; the manifest on disk is its last good state."""
+
+
 class _Interrupts:
     """Ctrl-C during a launch lets the swap finish (it rolls back on its own); a second one stops following it.
     A one-box swap runs on the host (deploy.yml's sglang_swap), so the host finishes it either way."""
@@ -601,13 +605,19 @@ def _on_every_host(
     taking = threading.Lock()
     stopped = threading.Event()
 
+    failures: list[BaseException] = []
+
     def work(host: str) -> None:
         while not stopped.is_set():
             with taking:
                 if not queue:
                     return
                 position, entry = queue.pop(0)
-            if launch(position, entry, host, interrupts):
+            try:
+                if launch(position, entry, host, interrupts):
+                    stopped.set()
+            except Exception as exc:  # e.g. a full results disk: the other hosts stop after their candidate too
+                failures.append(exc)
                 stopped.set()
 
     previous_handler = signal.signal(signal.SIGINT, interrupts)
@@ -620,6 +630,8 @@ def _on_every_host(
                 thread.join(0.2)  # wakes for Ctrl-C, which the handler counts
     finally:
         signal.signal(signal.SIGINT, previous_handler)
+    if failures:
+        raise failures[0]
     return stopped.is_set() or interrupts.stop
 
 
@@ -676,7 +688,16 @@ def _measure(
         },
     )
     if levels:
-        saved = results.save_record(record, options.results_dir, host, candidate.name)
+        try:
+            saved = results.save_record(record, options.results_dir, host, candidate.name)
+        except OSError as exc:
+            figures = objectives.scores(levels, options.slo)
+            raise ResultsWriteError(
+                f"{candidate.name}'s record could not be written under {options.results_dir} ({exc.strerror or exc}); "
+                f"it measured C=1 {_fig(figures.get('c1'))} tok/s, peak {_fig(figures.get('peak'))} tok/s. "
+                f"The manifest keeps every candidate finished before it: {results.write_fix(exc)}, then run the same "
+                f"command to measure {candidate.name} again"
+            ) from exc
         entry["record"] = str(saved)
     entry.update(
         locust_s=round(locust_s, 1),
@@ -791,3 +812,14 @@ def main_search(options: SearchOptions) -> int:
     except KeyboardInterrupt:  # between two steps: the manifest already says what finished
         print("\nsearch interrupted: finished candidates are kept; run the same command to resume", file=sys.stderr)
         return 130
+    except ResultsWriteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the manifest itself: its last good state stays (benchmarks/search/manifest.py)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(
+            f"error: could not write under {options.results_dir}{where}: {exc.strerror or exc}. The manifest keeps every"
+            f" candidate finished before; {results.write_fix(exc)}, then run the same command to resume",
+            file=sys.stderr,
+        )
+        return 1

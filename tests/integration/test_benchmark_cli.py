@@ -127,6 +127,14 @@ def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_don
             for proc in psutil.process_iter(["cmdline"])
             if any(url in part or str(private_tmp) in part for part in proc.info["cmdline"] or [])
         ]
+        # Again, stopped before its first level ends: no layout read, nothing measured, so no record under "unknown".
+        early = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        said = ""
+        while "C=1: running" not in said and time.monotonic() < deadline + 60:
+            said += early.stdout.readline()
+        early.send_signal(signal.SIGINT)
+        said += early.communicate(timeout=60)[0]
+    assert early.returncode == 130 and "nothing measured, nothing recorded" in said, said
     seen += out
     assert runner.returncode == 1, seen
     assert stopped_in < 15, f"took {stopped_in:.1f} s to stop"

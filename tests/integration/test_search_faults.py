@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -110,12 +111,26 @@ def command_of(process: psutil.Process) -> str:
         return ""
 
 
+def samplers_in(box) -> list[str]:
+    """The GPU samplers (nvidia-smi dmon, under its time bound) running inside the box."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.readlink(f"/proc/{process.pid}/root") == str(box.root) and "dmon" in process.cmdline():
+                found.append(" ".join(process.cmdline()))
+    return found
+
+
 def test_a_search_stopped_by_sigterm_mid_measurement_leaves_nothing_running(provisioned, tmp_path, private_tmp):
     """As `timeout` or a CI limit stops it: the level in progress ends, Locust and the playbooks with it, the
-    runner's temporary folders go, and the box is left with one layout serving, enabled and recorded."""
+    GPU sampler on the server host too, the runner's temporary folders (which hold the key) go, and the box is
+    left with one layout serving, enabled and recorded."""
     provisioned.playbook("deploy.yml", "-e", "layout=tp8").succeeded()
     results = tmp_path / "results"
-    options = ("--layouts", "ep8", "--levels", "1,16", "--leave", "original")
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-sigterm-test-0123456789\n")
+    options = ("--layouts", "ep8", "--levels", "1,16", "--leave", "original", "--api-key-file", str(key_file))
+    options += ("--gpu-interval", "1")  # the sampler runs on the box while Locust runs
     log = tmp_path / "search.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
@@ -132,7 +147,7 @@ def test_a_search_stopped_by_sigterm_mid_measurement_leaves_nothing_running(prov
             time.sleep(0.5)
             assert process.poll() is None, log.read_text()[-3000:]
             family = psutil.Process(process.pid).children(recursive=True)
-            if any("locust" in command_of(child) for child in family):
+            if any("locust" in command_of(child) for child in family) and samplers_in(provisioned.box):
                 descendants = [child.pid for child in family]
         assert descendants, f"no measurement under way after 300 s:\n{log.read_text()[-3000:]}"
         process.send_signal(signal.SIGTERM)
@@ -143,5 +158,8 @@ def test_a_search_stopped_by_sigterm_mid_measurement_leaves_nothing_running(prov
     output = log.read_text()
     assert process.returncode != 0 and "search interrupted" in output, output[-3000:]
     assert alive(descendants) == [], output[-3000:]
-    assert list(private_tmp.iterdir()) == [], output[-3000:]
+    assert samplers_in(provisioned.box) == [], output[-3000:]
+    assert not list((provisioned.box.root / "tmp").glob("sglang-bench-gpu-*")), output[-3000:]
+    assert list(private_tmp.iterdir()) == [], output[-3000:]  # the runner's folder and Locust's, with the key
+    assert not list(Path("/tmp").glob(f"sglang-bench-*-{process.pid}-*"))
     serving_only(provisioned.box, provisioned.port, serving(provisioned))

@@ -43,6 +43,35 @@ def test_a_results_dir_that_is_a_file_fails_before_anything_is_measured(capsys, 
     assert f"--results-dir {taken}: is a file" in err and "benchmarking" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", ["run", "search"])
+@pytest.mark.parametrize("folder", ["/proc", "/proc/self/new", "/sys/kernel"])
+def test_a_results_dir_on_a_kernel_file_system_is_refused_before_anything_runs(capsys, command, folder):
+    where = ["--url", UNREACHABLE] if command == "run" else ["--server-host", "h"]
+    err = refused(capsys, command, *where, "--results-dir", folder)
+    assert f"--results-dir {folder}: is on " in err and "a kernel file system" in err
+    assert "preflight" not in capsys.readouterr().out and not Path("/proc/self/new").exists()
+
+
+def test_the_file_system_of_a_folder_is_its_deepest_mount_point():
+    mountinfo = (
+        "22 1 0:21 / / rw - ext4 /dev/sda1 rw\n"
+        "23 22 0:22 / /proc rw - proc proc rw\n"
+        "24 22 0:23 / /mnt/my\\040disk rw - tmpfs tmpfs rw\n"
+        "25 22 0:24 / /procedures rw - xfs /dev/sdb rw\n"
+    )
+    assert results.filesystem_type(Path("/proc/1"), mountinfo) == "proc"
+    assert results.filesystem_type(Path("/procedures/x"), mountinfo) == "xfs"
+    assert results.filesystem_type(Path("/mnt/my disk/r"), mountinfo) == "tmpfs"
+    assert results.filesystem_type(Path("/home/r"), mountinfo) == "ext4"
+
+
+@pytest.mark.parametrize(
+    ("code", "said"), [(errno.ENOSPC, "free some space"), (errno.EROFS, "read-only"), (errno.EIO, "name a folder you can")]
+)
+def test_a_failed_write_is_told_by_its_cause(code, said):
+    assert said in results.write_fix(OSError(code, os.strerror(code)))
+
+
 def test_a_malformed_url_is_refused_and_leaves_no_record(capsys, tmp_path):
     err = refused(capsys, "run", "--url", "http://127.0.0.1:1/\x1b[31m", "--results-dir", str(tmp_path / "r"))
     assert "malformed" in err and not list((tmp_path / "r").rglob("*.json"))

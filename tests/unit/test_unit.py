@@ -59,4 +59,4 @@ def test_the_install_records_variables_are_the_hosts_not_the_layouts():
     assert caught.value.field_path == "sglang_layouts.ep8.env.FLASHINFER_CUBIN_DIR"
     assert "install record sets FLASHINFER_CUBIN_DIR" in caught.value.problem
     environment = specs.spec(layout).environment
-    assert environment["FLASHINFER_CUBIN_DIR"] == "/dev/shm/cubins" and list(environment)[0] == "CUDA_VISIBLE_DEVICES"
+    assert environment["FLASHINFER_CUBIN_DIR"] == "/dev/shm/cubins" and next(iter(environment)) == "CUDA_VISIBLE_DEVICES"
