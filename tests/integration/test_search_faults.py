@@ -163,3 +163,47 @@ def test_a_search_stopped_by_sigterm_mid_measurement_leaves_nothing_running(prov
     assert list(private_tmp.iterdir()) == [], output[-3000:]  # the runner's folder and Locust's, with the key
     assert not list(Path("/tmp").glob(f"sglang-bench-*-{process.pid}-*"))
     serving_only(provisioned.box, provisioned.port, serving(provisioned))
+
+
+def test_a_full_results_disk_mid_search_is_one_line_and_the_resume_measures_only_what_was_lost(provisioned, tmp_path):
+    """The results dir is a small tmpfs that fills while the second candidate deploys: its record cannot be written."""
+    results = tmp_path / "results"
+    results.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(results)], check=True)
+    options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--strategy", "grid")
+    options += ("--levels", "1", "--leave", "none")
+    try:
+        log = tmp_path / "search.log"
+        with open(log, "w") as out:
+            process = subprocess.Popen(
+                benchmarks_argv(*search_args(provisioned, results, *options)), cwd=REPO, env=tool_env(), stdout=out, stderr=out
+            )
+        deadline, first = time.monotonic() + 300, ""
+        while time.monotonic() < deadline and not first and process.poll() is None:
+            time.sleep(0.3)
+            found = list(results.glob("*/searches/*.json"))
+            with contextlib.suppress(ValueError, OSError):
+                statuses = [(e["name"], e["status"]) for e in json.loads(found[0].read_text())["candidates"]] if found else []
+                if len(statuses) == 2 and statuses[0][1] == "measured" and statuses[1][1] == "running":
+                    first = statuses[0][0]
+        assert first, log.read_text()[-3000:]
+        with open(results / "filler", "wb") as filler, contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+        process.wait(timeout=300)
+        output = log.read_text()
+        assert process.returncode == 1 and "Traceback" not in output, output[-3000:]
+        (said,) = [line for line in output.splitlines() if line.startswith("error:")]
+        assert "could not be written" in said and "No space left on device" in said and "free some space" in said
+        state = the_manifest(results)  # its last good state: the second candidate was running
+        assert [e["status"] for e in state["candidates"]] == ["measured", "running"]
+        assert not list(results.rglob(".partial-*"))
+        (results / "filler").unlink()
+        resumed = search(provisioned, results, *options)
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+        assert "1 to launch, 0 refused by preflight, 1 kept from the earlier run" in resumed.stdout
+        assert [e["status"] for e in the_manifest(results)["candidates"]] == ["measured", "measured"]
+        assert len(records(results, first)) == 1
+    finally:
+        subprocess.run(["umount", "--lazy", str(results)], check=False)

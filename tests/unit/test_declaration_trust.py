@@ -110,6 +110,8 @@ def test_common_env_is_held_to_the_same_rule():
         ({"tp": 10_000_000}, "sglang_layouts.ep8.tp"),
         ({"tp": 1024, "pp": 1024}, "sglang_layouts.ep8"),
         ({"hardening": {"ExecStartPre": "+/bin/sh"}}, "sglang_layouts.ep8.hardening.ExecStartPre"),
+        ({"hardening": {"ReadWritePaths": "/var/lib/x \\"}}, "sglang_layouts.ep8.hardening.ReadWritePaths"),
+        ({"hardening": {"ReadWritePaths": ["/a", "/b\\"]}}, "sglang_layouts.ep8.hardening.ReadWritePaths[1]"),
         ({"hardening": {"ProtectSystem": "strict\nExecStartPre=+/bin/sh"}}, "sglang_layouts.ep8.hardening.ProtectSystem"),
     ],
 )
