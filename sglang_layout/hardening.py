@@ -105,7 +105,7 @@ def _value(path: str, value: Any) -> HardeningValue | None:
         return tuple(_value(f"{path}[{i}]", item) or "" for i, item in enumerate(value) if item is not None)  # type: ignore[misc]
     checked = text.plain_text(path, value, max_length=1024, fix="write the value on one line")
     if checked.endswith("\\"):  # systemd joins the next unit line onto a line ending in a backslash
-        raise text.refuse(path, value, "ends in a backslash, which makes systemd read the next unit line as part of it", "drop it")
+        raise text.refuse(path, value, "ends in a backslash: systemd would read the next unit line as part of it", "drop it")
     return checked
 
 

@@ -363,11 +363,13 @@ def test_a_speculative_layout_runs_its_draft_fetched_from_the_controller_and_is_
             "controller_path": str(source),
         },
         "absent": {"path": "/srv/models/not-provisioned", "algorithm": "EAGLE3"},
+        "locked": {"path": "/srv/models/locked", "algorithm": "EAGLE3"},
     }
     layouts = {
         **declared_vars["sglang_layouts"],
         "ep8-eagle3": {"tp": 8, "ep": 8, "draft": "eagle3", "args": {"max-running-requests": 64}},
         "ep8-absent": {"tp": 8, "ep": 8, "draft": "absent"},
+        "ep8-locked": {"tp": 8, "ep": 8, "draft": "locked"},
     }
     declared = {"sglang_draft_models": drafts, "sglang_layouts": layouts}
     fetch = tmp_path / "fetch.yml"
@@ -380,6 +382,14 @@ def test_a_speculative_layout_runs_its_draft_fetched_from_the_controller_and_is_
     refused = deploy(provisioned, "ep8-absent", extra_vars=declared)
     assert refused.returncode != 0 and refused.changed(box.name) == 0
     assert "ep8-absent names the draft absent, but /srv/models/not-provisioned/config.json is not on" in refused.stdout
+    locked = box.root / "srv" / "models" / "locked"  # there, but only root may enter it
+    locked.mkdir(parents=True, exist_ok=True)
+    (locked / "config.json").write_text("{}\n")
+    locked.chmod(0o700)
+    refused = deploy(provisioned, "ep8-locked", extra_vars=declared)
+    assert refused.returncode != 0 and refused.changed(box.name) == 0
+    assert "names the draft locked, but it is on" in refused.stdout and "out of the" in refused.stdout, refused.stdout[-2000:]
+    assert "chmod -R a+rX /srv/models/locked" in refused.stdout
     serving_only(box, provisioned.port, "ep8")
 
     deploy(provisioned, "ep8-eagle3", extra_vars=declared).succeeded()

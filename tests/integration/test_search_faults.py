@@ -111,13 +111,15 @@ def command_of(process: psutil.Process) -> str:
         return ""
 
 
-def samplers_in(box) -> list[str]:
-    """The GPU samplers (nvidia-smi dmon, under its time bound) running inside the box."""
+def samplers_of(pid: int) -> list[str]:
+    """The GPU samplers (nvidia-smi dmon, under its time bound) of run `pid`, on the box (its samples' folder is
+    named after the run's process: benchmarks/leftovers.py)."""
     found = []
     for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.readlink(f"/proc/{process.pid}/root") == str(box.root) and "dmon" in process.cmdline():
-                found.append(" ".join(process.cmdline()))
+        with contextlib.suppress(psutil.Error):
+            command = " ".join(process.cmdline())
+            if "dmon" in command and f"sglang-bench-gpu-{pid}-" in command:
+                found.append(command)
     return found
 
 
@@ -147,7 +149,7 @@ def test_a_search_stopped_by_sigterm_mid_measurement_leaves_nothing_running(prov
             time.sleep(0.5)
             assert process.poll() is None, log.read_text()[-3000:]
             family = psutil.Process(process.pid).children(recursive=True)
-            if any("locust" in command_of(child) for child in family) and samplers_in(provisioned.box):
+            if any("locust" in command_of(child) for child in family) and samplers_of(process.pid):
                 descendants = [child.pid for child in family]
         assert descendants, f"no measurement under way after 300 s:\n{log.read_text()[-3000:]}"
         process.send_signal(signal.SIGTERM)
@@ -158,7 +160,7 @@ def test_a_search_stopped_by_sigterm_mid_measurement_leaves_nothing_running(prov
     output = log.read_text()
     assert process.returncode != 0 and "search interrupted" in output, output[-3000:]
     assert alive(descendants) == [], output[-3000:]
-    assert samplers_in(provisioned.box) == [], output[-3000:]
+    assert samplers_of(process.pid) == [], output[-3000:]
     assert not list((provisioned.box.root / "tmp").glob("sglang-bench-gpu-*")), output[-3000:]
     assert list(private_tmp.iterdir()) == [], output[-3000:]  # the runner's folder and Locust's, with the key
     assert not list(Path("/tmp").glob(f"sglang-bench-*-{process.pid}-*"))
