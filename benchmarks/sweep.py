@@ -78,7 +78,6 @@ def _sweep(
     prompts_file: Path | None,
     after_level: Callable[[dict[str, Any]], bool] | None,
 ) -> SweepResult:
-    import ansible_runner
 
     output_dir = private / "artifacts" / "records"
     output_dir.mkdir(parents=True)
@@ -176,16 +175,8 @@ def _sweep(
         "TMPDIR": str(private_tmp),
     }
     try:
-        runner = ansible_runner.run(
-            private_data_dir=str(private),
-            project_dir=str(REPO),
-            playbook=str(PLAYBOOK),
-            inventory=str(inventory) if inventory else None,
-            cmdline=f"-e @{vars_file}",
-            quiet=True,
-            envvars=envvars,
-            event_handler=on_event,
-            cancel_callback=lambda: interrupted["flag"],
+        runner = run_playbook(
+            private, PLAYBOOK, inventory, vars_file, envvars, event_handler=on_event, cancel_callback=lambda: interrupted["flag"]
         )
     finally:
         if in_main:
@@ -233,28 +224,35 @@ def _sweep(
     return SweepResult(status=status, levels=levels, server=server, error=error, locust_s=started.get("locust", 0.0))
 
 
+def run_playbook(
+    private: Path, playbook: Path, inventory: Path | None, vars_file: Path, envvars: dict[str, str], **options: Any
+) -> Any:
+    """One playbook of this project through ansible-runner, its variables from a file (never on a command line)."""
+    import ansible_runner
+
+    return ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(REPO),
+        playbook=str(playbook),
+        inventory=str(inventory) if inventory else None,
+        cmdline=f"-e @{vars_file}",
+        quiet=True,
+        envvars=envvars,
+        **options,
+    )
+
+
 def stop_on_hosts(
     private: Path, inventory: Path | None, variables: dict[str, Any], envvars: dict[str, str], progress: Callable[[str], None]
 ) -> None:
     """After an interrupt: stop the sampler on the server host and Locust on remote load generators, and remove
     their directories (playbooks/benchmark_stop.yml), bounded in time; a second Ctrl-C gives up on it."""
-    import ansible_runner
-
     stop_dir = private / "stop"
     stop_dir.mkdir(exist_ok=True)
     vars_file = unsafe_vars_file(stop_dir / "stop-vars.yml", {k: v for k, v in variables.items() if v})
     progress("  interrupted: stopping what the sweep started on the hosts (the GPU sampler, remote Locust)")
     try:
-        stopped = ansible_runner.run(
-            private_data_dir=str(stop_dir),
-            project_dir=str(REPO),
-            playbook=str(STOP_PLAYBOOK),
-            inventory=str(inventory) if inventory else None,
-            cmdline=f"-e @{vars_file}",
-            quiet=True,
-            envvars=envvars,
-            timeout=STOP_TIMEOUT_S,
-        )
+        stopped = run_playbook(stop_dir, STOP_PLAYBOOK, inventory, vars_file, envvars, timeout=STOP_TIMEOUT_S)
     except KeyboardInterrupt:
         stop_process_tree()
         progress("  interrupted again: the sampler on the server host stops at its own time bound")
