@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
 from benchmarks import results
-from tests.rehearsal.bench import benchmarks
-from tests.rehearsal.standin import serving_locally
+from tests.rehearsal.bench import REPO, benchmarks, benchmarks_argv, tool_env
+from tests.rehearsal.standin import emitted, serving_locally
 
 FAST = ["--output-tokens", "8", "--input-tokens", "4", "--min-requests", "2", "--rounds", "1", "--level-timeout", "60"]
 # Jinja in a key or model name must reach Locust as written (a templated key would get 401s).
@@ -120,23 +121,46 @@ def test_compare_skips_and_names_files_it_cannot_read(tmp_path):
 
 
 @pytest.fixture
-def full_disk(tmp_path):
-    """A folder on a 64 KiB tmpfs, filled up (a mount: root only, as every box test)."""
-    folder = tmp_path / "full"
+def small_disk(tmp_path):
+    """A folder on a 64 KiB tmpfs (a mount: root only, as every box test)."""
+    folder = tmp_path / "small"
     folder.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], check=True)
     try:
-        subprocess.run(["dd", "if=/dev/zero", f"of={folder / 'filler'}", "bs=4k"], capture_output=True, check=False)
         yield folder
     finally:
         subprocess.run(["umount", str(folder)], check=False)
 
 
-def test_a_full_disk_loses_no_figure_and_leaves_no_partial_record(tmp_path, full_disk):
+def fill(folder) -> None:
+    subprocess.run(["dd", "if=/dev/zero", f"of={folder / 'filler'}", "bs=4k"], capture_output=True, check=False)
+
+
+def test_a_disk_already_full_is_refused_before_anything_is_measured(tmp_path, small_disk):
+    fill(small_disk)
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 5.0}) as url:
-        done = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(full_disk))
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "C=1" in done.stdout and "complete" in done.stdout  # the level table, printed before the save failed
-    assert "could not be saved" in done.stderr and "No space left on device" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert sorted(path.name for path in full_disk.rglob("*") if path.is_file()) == ["filler"]
+        before = emitted(url)["times"]  # the health check's token
+        done = bench("run", "--url", url, "--levels", "1", *FAST, "--results-dir", str(small_disk))
+        sent = emitted(url)["times"][len(before) :]
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--results-dir" in done.stderr and "No space left on device" in done.stderr and "free some space" in done.stderr
+    assert "Traceback" not in done.stderr and sent == []  # refused before the first token
+    assert sorted(path.name for path in small_disk.rglob("*") if path.is_file()) == ["filler"]
+
+
+def test_a_disk_that_fills_mid_run_loses_no_figure_and_leaves_no_partial_record(tmp_path, small_disk):
+    slow = [*FAST, "--output-tokens", "200"]  # 200 tokens at 20 ms: each request streams for about 4 s
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 20.0}) as url:
+        before = len(emitted(url)["times"])
+        argv = benchmarks_argv("run", "--url", url, "--levels", "1", *slow, "--results-dir", str(small_disk))
+        with subprocess.Popen(argv, cwd=REPO, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
+            deadline = time.monotonic() + 60
+            while len(emitted(url)["times"]) == before and time.monotonic() < deadline and run.poll() is None:
+                time.sleep(0.05)
+            fill(small_disk)  # the up-front check has passed: the run is measuring
+            stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 1, stdout + stderr
+    assert "C=1" in stdout and "complete" in stdout  # the level table, printed before the save failed
+    assert "could not be saved" in stderr and "No space left on device" in stderr
+    assert "Traceback" not in stderr
+    assert sorted(path.name for path in small_disk.rglob("*") if path.is_file()) == ["filler"]

@@ -3,8 +3,9 @@
 Provision installs sglang==0.5.23 into the box from the wheelhouse downloaded once from PyPI (bound
 in read-only, as an offline mirror would be) and records the flag table from the real --help. Two CPU layouts are swapped
 back and forth; an ambiguous flag is refused by preflight, and with preflight off the real argparse
-failure is diagnosed and rolled back. The test-only vllm shim reaches the server through the layouts'
-env (PYTHONPATH), never through a role.
+failure is diagnosed and rolled back. The test-only vllm shim reaches the server through a .pth file
+the test drops into the provisioned venv (the layouts' env may not carry PYTHONPATH: docs/security.md),
+never through a role.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from tests.rehearsal.playbook import run_playbook, write_inventory
 from tests.rehearsal.standin import wait_http
 
 SHIM = "/opt/test-shim"
-ENV = {"PYTHONPATH": SHIM}
 LAYOUTS = {
-    "cpu-a": {"tp": 1, "env": ENV},
-    "cpu-b": {"tp": 1, "args": {"max-running-requests": 8}, "env": ENV},
-    "cpu-bad": {"tp": 1, "args": {"cuda-graph-max-bs": 64}, "env": ENV},
-    "cpu-dcpq": {"tp": 1, "args": {"dcp-replicate-q-proj": True}, "env": ENV},
+    "cpu-a": {"tp": 1},
+    "cpu-b": {"tp": 1, "args": {"max-running-requests": 8}},
+    "cpu-bad": {"tp": 1, "args": {"cuda-graph-max-bs": 64}},
+    "cpu-dcpq": {"tp": 1, "args": {"dcp-replicate-q-proj": True}},
 }
 
 
@@ -59,7 +59,15 @@ def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
         )
         provisioned = run_playbook("playbooks/provision.yml", inventory, timeout=1800)
         assert provisioned.returncode == 0, provisioned.output[-4000:]
+        put_shim_on_the_venv_path(box)
         yield box, inventory, port
+
+
+def put_shim_on_the_venv_path(box) -> None:
+    """TEST-ONLY: a .pth file in the provisioned venv's site-packages names the shim's folder."""
+    record = json.loads(box.run("sudo", "cat", "/etc/ansible/facts.d/sglang_venv.fact").stdout)["versions"]["0.5.23"]
+    purelib = box.run(record["python"], "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    (box.root / purelib.lstrip("/") / "test-shim.pth").write_text(SHIM + "\n")
 
 
 def deploy(real_box, layout: str, *options: str):
