@@ -158,8 +158,8 @@ def _add_search(search: argparse.ArgumentParser) -> None:
     search.add_argument(
         "--top",
         type=bounded(1, 64),
-        default=2,
-        help="the staged search varies the axes on this many of the best layouts for --objective (default 2)",
+        default=1,
+        help="the staged search varies the axes on this many of the best layouts of each objective (default 1)",
     )
     search.add_argument(
         "--objective",

@@ -1,4 +1,4 @@
-"""What the search ranks on: each candidate's scores, the winners, the Pareto front (pure functions).
+"""What the search ranks on: each candidate's scores and the Pareto front (pure functions; the winners: decision.py).
 
 When levels stop (knee, SLO) and how the SLO capacity is bracketed live in benchmarks.slo.
 """
@@ -6,10 +6,8 @@ When levels stop (knee, SLO) and how the SLO capacity is bracketed live in bench
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from benchmarks import repeats
 from benchmarks.slo import Bound, bracket, usable, within
 
 OBJECTIVES = {
@@ -46,41 +44,6 @@ def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[st
 
 def _ci(level: Mapping[str, Any] | None, figure: str) -> list[float] | None:
     return (((level or {}).get("repeats") or {}).get(figure) or {}).get("ci95")
-
-
-@dataclass(frozen=True)
-class Winner:
-    objective: str
-    name: str
-    value: float
-    runner_up: str | None
-    margin: float | None  # winner / runner-up - 1
-    clear: bool
-
-    def sentence(self) -> str:
-        what = OBJECTIVES[self.objective]
-        if self.runner_up is None:
-            return f"{self.objective}: {self.name} ({what} {self.value:,.1f}; the only candidate measured)"
-        verdict = "clear" if self.clear else "not clear: within the noise margin"
-        return (
-            f"{self.objective}: {self.name} ({what} {self.value:,.1f}), {100 * (self.margin or 0):+.1f}% over "
-            f"{self.runner_up} ({verdict})"
-        )
-
-
-def winner(candidate_scores: Mapping[str, Mapping[str, Any]], objective: str, *, clear_margin: float) -> Winner | None:
-    """The best candidate for one objective, its margin over the next, and whether that margin is clear."""
-    ranked = sorted(((s[objective], name) for name, s in candidate_scores.items() if s.get(objective)), reverse=True)
-    if not ranked:
-        return None
-    (best, name), rest = ranked[0], ranked[1:]
-    if not rest:
-        return Winner(objective, name, best, None, None, True)
-    margin = best / rest[0][0] - 1
-    intervals = candidate_scores[name].get(f"{objective}_ci"), candidate_scores[rest[0][1]].get(f"{objective}_ci")
-    if all(intervals):  # measured with --repeats: clear only when the 95% intervals do not overlap
-        return Winner(objective, name, best, rest[0][1], margin, repeats.separated(*intervals))
-    return Winner(objective, name, best, rest[0][1], margin, margin >= clear_margin)
 
 
 def pareto_front(points: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float]]:

@@ -34,6 +34,8 @@ def _note(entry: dict[str, Any], width: int) -> str:
         return _cut(stage + f"{entry['status']}: " + "; ".join(entry.get("reasons") or []), width)
     if entry.get("error"):
         return _cut(stage + str(entry["error"]).splitlines()[0], width)
+    if entry.get("same_server_as"):
+        return _cut(stage + f"the same server as {entry['same_server_as']} (SGLang's resolved arguments): not launched", width)
     kept = "" if entry.get("kept", True) else f"; {entry.get('kept_why') or 'not kept'}"
     earlier = " (kept from an earlier run)" if entry.get("kept_from_earlier_run") else ""
     return _cut(stage + (entry.get("stopped") or "") + kept + earlier, width)
@@ -86,13 +88,15 @@ def winner_entry(state: dict[str, Any], entries: dict[str, Any]) -> str:
 def economy(state: dict[str, Any]) -> str:
     """What the search spent and saved: launches, levels, wall time, its own overhead per candidate."""
     entries = state["candidates"]
-    launched = [e for e in entries if e["status"] not in ("refused", "pending", "skipped")]
+    launched = [e for e in entries if e["status"] not in ("refused", "pending", "skipped") and not e.get("same_server_as")]
     refused = sum(1 for e in entries if e["status"] == "refused")
+    twins = sum(1 for e in entries if e.get("same_server_as"))
     ran = sum(len(e.get("levels_run") or []) for e in launched)
     planned = len(state["workload"]["levels"]) * len(launched)
     overheads = [e["overhead_s"] for e in launched if e.get("overhead_s") is not None]
     parts = [
-        f"{len(launched)} launched, {refused} refused by preflight (never launched)",
+        f"{len(launched)} launched, {refused} refused by preflight (never launched)"
+        + (f", {twins} the same server as one measured (never launched)" if twins else ""),
         f"{ran} of {planned} levels measured (the rest skipped past the knee or the SLO)",
     ]
     if state.get("strategy") == "staged":

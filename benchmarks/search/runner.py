@@ -17,7 +17,7 @@ from typing import Any
 from benchmarks import gpu_telemetry, results, slo
 from benchmarks.capacity import measure_levels
 from benchmarks.inventory import Inventory, InventoryError, read_inventory
-from benchmarks.search import manifest, objectives, playbooks, stages
+from benchmarks.search import decision, manifest, objectives, playbooks, policy, stages
 from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
 from benchmarks.workload import Workload
@@ -37,7 +37,7 @@ class SearchOptions:
     layouts: list[str] | None = None  # None: every declared layout
     grid: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     strategy: str = ""  # staged or grid; "": staged when a grid is given (benchmarks/search/stages.py)
-    top: int = 2  # the staged search varies the axes on this many of the best layouts
+    top: int = 1  # the staged search varies the axes on this many of the best layouts per objective (docs/search.md)
     objective: str = "peak"
     slo: list[slo.Bound] = field(default_factory=list)
     knee: float = 0.05
@@ -71,6 +71,10 @@ class SearchOptions:
     def label(self) -> str:
         """What names the search and its directory: the host, or the hosts joined with '+'."""
         return "+".join(self.hosts)
+
+
+# What a candidate recorded as the same server as a measured one takes from it (its figures, its record).
+TWIN_FIELDS = ("scores", "curve", "gpu_curve", "levels_run", "stopped", "held_back", "load_s", "gpu_used_mib", "record")
 
 
 class SearchError(Exception):
@@ -144,6 +148,9 @@ def _entry(
             "resolved": oracle.rewrites(judged),
             "agrees_with_ours": bool(verdict.get("ok")) == bool(judged["accepted"]),
         }
+        if judged.get("fingerprint"):  # the server SGLang resolves it to, with the environment it runs in
+            env = candidate.entry.get("env") if isinstance(candidate.entry, dict) else None
+            entry["server"] = declaration_hash({"args": judged["fingerprint"], "env": env or {}}, {})
     if not verdict.get("ok"):
         reasons = [
             f"{f.get('message', '')}" + (f". Fix: {f['fix']}" if f.get("fix") else "")
@@ -386,11 +393,13 @@ def _announce(state: dict[str, Any], options: SearchOptions, say: Callable[[str]
         for entry in state["candidates"]:
             if entry.get("stage") == 2 and entry["status"] == "pending":
                 per_layout[entry["layout"]] = per_layout.get(entry["layout"], 0) + 1
-        later = sum(sorted(per_layout.values(), reverse=True)[: options.top])
+        reported = search_policy(options).objectives
+        later = sum(sorted(per_layout.values(), reverse=True)[: options.top * len(reported)])
         say(
             f"staged: stage 1 {stages.STAGE_NAMES[1]} ({len(todo)} to launch), then stage 2 {stages.STAGE_NAMES[2]} on the"
-            f" best {options.top} for {options.objective} (up to {later}), then stage 3 {stages.STAGE_NAMES[3]};"
-            f" the full grid would be {state['full_grid']} candidates"
+            f" best {options.top} for each of {', '.join(reported)} (up to {later}; a layout best for several is varied"
+            f" once), then stage 3 {stages.STAGE_NAMES[3]} per objective; the full grid would be {state['full_grid']}"
+            " candidates"
         )
     earlier = manifest.earlier_durations(options.results_dir, options.label)
     if todo and earlier:
@@ -423,10 +432,35 @@ class _Launcher:
         with self.lock:
             manifest.save(self.state, self.plan.path)
 
+    def _twin(self, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """A measured candidate whose server is this one's (SGLang's resolved arguments, the same environment)."""
+        if not entry.get("server"):
+            return None
+        with self.lock:
+            return next(
+                (
+                    other
+                    for other in self.state["candidates"]
+                    if other is not entry
+                    and other.get("server") == entry["server"]
+                    and other["status"] == "measured"
+                    and not other.get("same_server_as")
+                ),
+                None,
+            )
+
     def __call__(self, position: int, entry: dict[str, Any], on: str, interrupts: _Interrupts) -> bool:
         """One candidate on host `on` (on all its nodes, if multi-node): deploy, measure, record. True to stop the search."""
         options, say, note = self.options, self.say, self.note
         candidate = self.by_name[entry["name"]]
+        if twin := self._twin(entry):
+            entry.update({key: twin[key] for key in TWIN_FIELDS if key in twin}, status="measured", same_server_as=twin["name"])
+            say(
+                f"[{position}/{len(self.todo)}] {candidate.name} ({candidate.label}): SGLang resolves it to the same server"
+                f" as {twin['name']} (the same arguments and environment): recorded as {twin['name']}, not launched"
+            )
+            self.save()
+            return False
         began = time.monotonic()
         span = entry.get("nodes") or [on]  # a multi-node candidate: every node, measured through rank 0
         on = span[0]
@@ -508,70 +542,75 @@ def _dry_run_text(state: dict[str, Any], todo: list[dict[str, Any]], options: Se
     later = [e for e in state["candidates"] if e.get("stage") == 2 and e["status"] == "pending"]
     if later:
         lines.append(
-            f"then stage 2 on the best {options.top} of them for {options.objective}, one value at a time:"
+            f"then stage 2 on the best {options.top} of them for each objective, one value at a time:"
             f" {len({e['label'] for e in later})} candidate(s) passed preflight"
         )
     lines.append("nothing launched, nothing written (drop --dry-run to search)")
     return "\n".join(lines)
 
 
-def _ranking_objective(state: dict[str, Any], objective: str) -> str:
-    """The search's objective, or peak where no stage-1 candidate gave that figure (capacity without an SLO)."""
-    given = any((e.get("scores") or {}).get(objective) for e in state["candidates"] if e.get("stage") == 1)
-    return objective if given else "peak"
+def search_policy(options: SearchOptions) -> policy.Policy:
+    """The staged strategy's settings: every objective the search reports has its incumbent."""
+    reported = ["c1", "peak"] + (["capacity"] if options.slo else []) + (["goodput"] if options.workload.goodput else [])
+    return policy.Policy(top=options.top, clear_margin=options.clear_margin, objectives=tuple(reported))
 
 
 def _later_stages(launcher: _Launcher, say: Callable[[str], None]) -> bool:
-    """Stages 2 and 3 of a staged search, from stage 1's scores (benchmarks/search/stages.py). True if interrupted."""
+    """Stages 2 and 3 of a staged search, as the policy says from what was measured (benchmarks/search/policy.py).
+    True if interrupted."""
     options, plan, state = launcher.options, launcher.plan, launcher.state
-    objective = _ranking_objective(state, options.objective)
-    top = stages.top_layouts(state["candidates"], objective, options.top)
-    state["top_layouts"] = top
-    say(f"stage 2 ({stages.STAGE_NAMES[2]}) on the best {options.top} for {objective}: {', '.join(top) or 'none measured'}")
-    todo = []
-    refused = {e["layout"] for e in state["candidates"] if e.get("stage") == 1 and e["status"] == "refused"}
-    for entry in state["candidates"]:
-        if entry.get("stage") != 2 or entry["status"] not in ("pending", "skipped") or entry["layout"] in refused:
-            continue
-        if entry["layout"] in top:
+    rules = search_policy(options)
+    layouts = plan.declaration["sglang_layouts"]
+    by_name = {e["name"]: e for e in state["candidates"]}
+    seen: set[tuple[int, tuple[str, ...]]] = set()
+    while True:
+        step = policy.next_step(layouts, state["candidates"], rules)
+        for name, why in step.skip.items():
+            by_name[name].update(status="skipped", reasons=[why])
+        if step.stage == 0 or ((step.stage, tuple(step.launch)) in seen and not step.new):
+            break
+        seen.add((step.stage, tuple(step.launch)))
+        if step.new:
+            _add_candidates(launcher, step.new, stage=3)
+            by_name.update({e["name"]: e for e in state["candidates"]})
+        state.setdefault("explored", {})[str(step.stage)] = step.explored
+        said = "; ".join(f"{objective}: {', '.join(where) or 'nothing'}" for objective, where in step.explored.items())
+        todo = [by_name[name] for name in step.launch] + [by_name[c.name] for c in step.new]
+        todo = [e for e in todo if e["status"] in ("pending", "skipped")]
+        for entry in todo:
             entry.update(status="pending", reasons=[])
-            todo.append(entry)
-        else:
-            ranked = f"stage 2 varies the best {options.top} layouts for {objective} only ({', '.join(top) or 'none'})"
-            entry.update(status="skipped", reasons=[ranked])
-    launcher.save()
-    launcher.todo = todo
-    if _launch_all(launcher, options, todo):
-        return True
-    combined = stages.third_stage(plan.declaration["sglang_layouts"], state["candidates"], top, objective, options.clear_margin)
-    if not combined:
-        say(f"stage 3 ({stages.STAGE_NAMES[3]}): no layout gained clearly on two axes or more; nothing to combine")
-        return False
-    known = {e["name"] for e in state["candidates"]}
-    combined = [c for c in combined if c.name not in known]
-    if combined:
-        entries = {c.name: c.entry for c in combined}
-        _validate(entries, plan.declaration)
-        plan.add(combined, stage=3)
-        launcher.by_name.update({c.name: c for c in combined})
-        version = str(plan.declaration.get("sglang_version") or "")
-        try:
-            checked = playbooks.preflight(options.inventory, options.hosts[0], entries, version)
-        except playbooks.PlaybookError as exc:
-            raise SearchError(str(exc)) from exc
-        state["candidates"] += [_state_entry(c, options, plan, checked) for c in combined]
-    third = [e for e in state["candidates"] if e.get("stage") == 3]
-    say(f"stage 3 ({stages.STAGE_NAMES[3]}): " + "; ".join(f"{e['name']} ({e['label']})" for e in third))
-    launcher.todo = [e for e in third if e["status"] == "pending"]
-    if _launch_all(launcher, options, launcher.todo):
-        return True
-    for entry in third:
-        if entry["status"] == "measured":
-            kept = stages.keep_combination(state["candidates"], entry, objective, options.clear_margin)
-            entry["kept"], entry["kept_why"] = kept
-            say(f"  {entry['name']}: {entry['kept_why']}")
+        names = ", ".join(f"{e['name']} ({e['label']})" for e in todo) if step.stage == 3 else f"{len(todo)} to launch"
+        say(f"stage {step.stage} ({stages.STAGE_NAMES[step.stage]}), per objective {said}: {names or 'nothing to launch'}")
+        launcher.save()
+        launcher.todo = todo
+        if _launch_all(launcher, options, todo):
+            return True
+        for entry in state["candidates"]:
+            if entry.get("stage") == 3 and entry["status"] == "measured" and "kept" not in entry:
+                made_for = policy.built_for(layouts, state["candidates"], entry["name"], rules)
+                entry["built_for"] = made_for
+                entry["kept"], entry["kept_why"] = policy.keep(state["candidates"], entry, made_for, options.clear_margin)
+                say(f"  {entry['name']}: {entry['kept_why']}")
+        launcher.save()
+    if not any(e.get("stage") == 3 for e in state["candidates"]):
+        say(f"stage 3 ({stages.STAGE_NAMES[3]}): no layout gained clearly on two axes or more for one objective; none to combine")
     launcher.save()
     return False
+
+
+def _add_candidates(launcher: _Launcher, candidates: list[Candidate], stage: int) -> None:
+    """Candidates a later stage made: checked by the declaration's rules, preflight and SGLang's own check."""
+    options, plan, state = launcher.options, launcher.plan, launcher.state
+    entries = {c.name: c.entry for c in candidates}
+    _validate(entries, plan.declaration)
+    plan.add(candidates, stage=stage)
+    launcher.by_name.update({c.name: c for c in candidates})
+    version = str(plan.declaration.get("sglang_version") or "")
+    try:
+        checked = playbooks.preflight(options.inventory, options.hosts[0], entries, version)
+    except playbooks.PlaybookError as exc:
+        raise SearchError(str(exc)) from exc
+    state["candidates"] += [_state_entry(c, options, plan, checked) for c in candidates]
 
 
 def _span_refusal(name: str, span: list[str], missing: list[str]) -> str:
@@ -739,13 +778,10 @@ def _held_back(levels: list[dict[str, Any]], scores: dict[str, Any]) -> dict[str
 
 
 def _winners(state: dict[str, Any], options: SearchOptions) -> dict[str, Any]:
-    # A stage-3 combination that did not clearly beat its parts is not a winner (benchmarks/search/stages.py).
-    measured = {
-        e["name"]: e.get("scores") or {} for e in state["candidates"] if e["status"] == "measured" and e.get("kept", True)
-    }
+    """Each objective's winner as a user adopts it: ties go to the plainer server (benchmarks/search/decision.py)."""
     found = {}
     for objective in objectives.OBJECTIVES:
-        best = objectives.winner(measured, objective, clear_margin=options.clear_margin)
+        best = decision.decide(state["candidates"], objective, options.clear_margin)
         if best is not None:
             found[objective] = {**vars(best), "sentence": best.sentence()}
     return found

@@ -1,11 +1,13 @@
-"""The staged search and what each knob did (pure functions over candidates and manifest entries).
+"""The staged search's building blocks and what each knob did (pure functions over candidates and manifest entries).
 
 A full grid launches every layout with every combination of the axes' values: four flags of three values
 on five layouts is 405 launches. The staged search spends launches where they can pay:
   stage 1: each layout on its own (declared) flags and environment;
-  stage 2: on the best K layouts of stage 1 for the search's objective, each axis one value at a time;
-  stage 3: on each of those layouts, each axis's best value together, kept only if it beats the layout's
-           best of stages 1 and 2 by the clear margin (or, measured with --repeats, by separate intervals).
+  stage 2: on the best K layouts of stage 1 for each objective, each axis one value at a time;
+  stage 3: on each of those layouts, each axis's best value for that objective together, kept only if it
+           beats the layout's best of stages 1 and 2 by the clear margin (or, with --repeats, by separate
+           intervals).
+What to launch next is decided in one place, benchmarks/search/policy.py, from these.
 Stage 2's candidates are known before any launch, so preflight and SGLang's checks judge them with
 stage 1's; stage 3's are judged when they are known. Every stage resumes as the search does: a candidate
 is named by its values, and stages 2 and 3 follow from the scores already recorded.
@@ -70,7 +72,7 @@ def top_layouts(entries: Sequence[Mapping[str, Any]], objective: str, k: int) ->
     return [layout for _, layout in ranked[:k]]
 
 
-def _gain(mine: Mapping[str, Any], theirs: Mapping[str, Any], objective: str, clear_margin: float) -> tuple[bool, float]:
+def gain(mine: Mapping[str, Any], theirs: Mapping[str, Any], objective: str, clear_margin: float) -> tuple[bool, float]:
     """Whether `mine` clearly beats `theirs` on the objective (separate 95% intervals when both were repeated,
     else the clear margin), and by how much."""
     now, was = objective_of(mine, objective), objective_of(theirs, objective)
@@ -93,25 +95,10 @@ def best_values(entries: Sequence[Mapping[str, Any]], layout: str, objective: st
         if entry.get("stage") != 2 or entry["layout"] != layout or entry["status"] != "measured":
             continue
         ((axis, value),) = entry["overrides"].items()
-        clear, margin = _gain(entry.get("scores") or {}, base.get("scores") or {}, objective, clear_margin)
+        clear, margin = gain(entry.get("scores") or {}, base.get("scores") or {}, objective, clear_margin)
         if clear and (axis not in best or margin > best[axis][0]):
             best[axis] = (margin, value)
     return {axis: value for axis, (_, value) in sorted(best.items())}
-
-
-def third_stage(
-    layouts: Mapping[str, Any], entries: Sequence[Mapping[str, Any]], top: Sequence[str], objective: str, clear_margin: float
-) -> list[Candidate]:
-    """Each top layout with every axis's best value at once, where at least two axes clearly gained (with one,
-    stage 2 has measured it already)."""
-    combined = []
-    for layout in top:
-        values = best_values(entries, layout, objective, clear_margin)
-        if len(values) < 2:
-            continue
-        (candidate,) = expand({layout: layouts[layout]}, [layout], [(axis, (value,)) for axis, value in values.items()])
-        combined.append(candidate)
-    return combined
 
 
 def _base(entries: Sequence[Mapping[str, Any]], layout: str) -> Mapping[str, Any] | None:
@@ -135,7 +122,7 @@ def keep_combination(
     if not rivals:
         return True, f"kept: nothing of {layout} measured to compare with"
     rival = max(rivals, key=lambda e: objective_of(e["scores"], objective) or 0.0)
-    clear, margin = _gain(mine, rival["scores"], objective, clear_margin)
+    clear, margin = gain(mine, rival["scores"], objective, clear_margin)
     repeated = bool(mine.get(f"{objective}_ci") and rival["scores"].get(f"{objective}_ci"))
     rule = (
         "the 95% intervals separate"

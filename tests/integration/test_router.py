@@ -48,6 +48,16 @@ def generate(router: str, tokens: int = 4, key: str = "") -> int:
         return 0
 
 
+def listing(router: str, key: str = "") -> tuple[int, str]:
+    """GET /v1/models through the router: its status and, when 200, the body."""
+    request = urllib.request.Request(router + "/v1/models", headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
 def round_robin_router(**extra: object) -> tuple[str, dict[str, object]]:
     """Free loopback ports for the real router (round robin, installed from the box's wheelhouse) and its settings."""
     port = boxes.free_port()
@@ -221,6 +231,12 @@ def test_a_keyed_rolling_swap_behind_the_real_router_loses_no_stream_and_unkeyed
         assert [generate(router, key="") for _ in range(30)] == [401] * 30
         assert sum(arrivals(pair.url(box), KEY) for box in pair.boxes) == served
         assert [generate(router, key=KEY) for _ in range(6)] == [200] * 6
+        # Both packages answer the model list without the key (roles/sglang_router/README.md, Keys): it names
+        # the served model and nothing else. Pinned, so that a release that puts it behind the key is noticed.
+        status, body = listing(router, key="")
+        models = json.loads(body)["data"] if status == 200 else []
+        assert status == 200 and models and {model["object"] for model in models} == {"model"}, (package, status)
+        assert KEY not in body and listing(router, key=KEY)[0] == 200
 
         if package == "smg":  # a plain swap behind the router registers the swapped replica afresh
             plain = run_playbook(

@@ -2,9 +2,11 @@
 
 The simulated box follows the field notes' table (tests/rehearsal/gpu_host.py): the search must refuse
 TP4 EP2 and TP2 EP4 without launching them, find EP8 best at C=1 and EP4 best at peak, leave the winner
-serving, and survive a controller killed mid-search without measuring a candidate twice. The box has two
-knobs that pay (a flag, at every concurrency; an environment value, only above C=16): the staged search
-varies them on EP4, finds both and keeps them together only because together they clearly win.
+serving, and survive a controller killed mid-search without measuring a candidate twice. The box has
+knobs that pay each on one layout only (a flag lifts C=1 on EP8 and the peak on EP4; an environment
+value lifts EP4's peak, only above C=16): one staged search with the objective peak varies them on the
+best layout of each objective, names both winners clearly, keeps EP4's two together only because
+together they clearly win, and launches no server SGLang resolves to one already measured.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ pytestmark = pytest.mark.timeout(SEARCH_TIMEOUT_S)
 WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--metrics-interval", "0", "--gpu-interval", "0")
 # The knee at 25%: with 32-token requests each user's turnaround holds C=16 under the roofline by 5-15%
 # (more on a slower machine), which C=64's queue fills; a layout with room left gains 50% or more.
-# Staged on the best layout for peak: one flag axis, one environment axis (GPU_HOST's "effects").
+# Staged on the best layout of each objective: one flag axis, one environment axis (GPU_HOST's "effects").
+# 1 decode step is SGLang's default: that candidate is its layout's own server, recorded and never launched.
 KNOBS = {"num-continuous-decode-steps": 4, "env.NCCL_P2P_DISABLE": "1"}
 SEARCHED = (
     # ep8-tuned (group_vars) decodes on ep8's clock: one launch more that would only tie.
     *("--layouts", "tp8,pp8,ep8,ep4,tp4ep2,tp2ep4", "--levels", "1,16,64", "--knee", "0.25", "--top", "1"),
-    *("--grid", "num-continuous-decode-steps=4", "--grid", "env.NCCL_P2P_DISABLE=0,1"),
+    *("--grid", "num-continuous-decode-steps=1,4", "--grid", "env.NCCL_P2P_DISABLE=0,1"),
 )
 KEYS = {
     "tp8": "tp8-ep1-pp1-dp1",
@@ -72,9 +75,15 @@ def serving(provisioned) -> str:
     return json.loads(fact.read_text())["active_layout"]
 
 
-def knobbed(*axes: str) -> str:
-    """The search's name for EP4 with these of KNOBS's values (candidate names are the values' hash)."""
-    return candidates.candidate_name("ep4", {axis: KNOBS[axis] for axis in axes})
+def knobbed(*axes: str, layout: str = "ep4") -> str:
+    """The search's name for EP4 (or `layout`) with these of KNOBS's values (candidate names are the values' hash)."""
+    return candidates.candidate_name(layout, {axis: KNOBS[axis] for axis in axes})
+
+
+def varied(layout: str) -> set[str]:
+    """Stage 2's four candidates on a layout: each axis's values one at a time."""
+    values = {"num-continuous-decode-steps": (1, 4), "env.NCCL_P2P_DISABLE": ("0", "1")}
+    return {candidates.candidate_name(layout, {axis: value}) for axis, options in values.items() for value in options}
 
 
 def records(results: Path, candidate: str) -> list[Path]:
@@ -97,8 +106,7 @@ def test_preflight_refuses_the_field_failures_and_they_are_never_launched(search
     for name in ("tp4ep2", "tp2ep4"):
         assert f"{name} ({name}): deploying" not in done.stdout
         assert not records(results, name)
-    knobs = {knobbed("num-continuous-decode-steps"), knobbed("env.NCCL_P2P_DISABLE"), knobbed(*KNOBS)}
-    knobs.add(candidates.candidate_name("ep4", {"env.NCCL_P2P_DISABLE": "0"}))  # measured; no effect, not combined
+    knobs = varied("ep8") | varied("ep4") | {knobbed(*KNOBS)}
     assert {name for name, entry in by_name.items() if entry["status"] == "measured"} == set(KEYS) | knobs
     # The installed SGLang judged every candidate too (the stand-in's entry points): it takes tp2ep4's arguments
     # (the real one fails later, at model init), so the two verdicts differ and the record says so.
@@ -110,7 +118,7 @@ def test_preflight_refuses_the_field_failures_and_they_are_never_launched(search
 def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
     _, results, state = searched
     for entry in state["candidates"]:
-        if entry["status"] != "measured":
+        if entry["status"] != "measured" or entry.get("same_server_as"):
             continue
         key, knobs = KEYS[entry["layout"]], entry["overrides"]
         assert entry["scores"]["c1"] == pytest.approx(true_decode_tok_s(key, 1, knobs=knobs), rel=0.02), entry["name"]
@@ -124,41 +132,56 @@ def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
 
 
 def test_the_winners_follow_the_clock_and_the_peak_winner_is_left_serving(searched, provisioned):
+    """Both objectives' winners searched in one run with the objective peak, each decision clear."""
     done, _, state = searched
-    # EP4 with its flag decodes at 45 / 0.8 = 56 tok/s: still clearly under EP8's 65.
-    assert state["winners"]["c1"]["name"] == "ep8" and state["winners"]["c1"]["clear"]
+    layout_of = {entry["name"]: entry["layout"] for entry in state["candidates"]}
+    c1, peak = state["winners"]["c1"], state["winners"]["peak"]
+    # EP8 with 4 decode steps: 65 / 0.8 = 81 tok/s at C=1; EP4's best is 45.
+    assert c1["name"] == knobbed("num-continuous-decode-steps", layout="ep8") and c1["clear"]
+    gained = float(c1["knobs"].split(", +")[1].split("%")[0])  # the inter-token time x 0.8: +25%
+    assert layout_of[c1["runner_up"]] != "ep8" and 21 < gained < 29 and c1["knobs"].endswith("over plain ep8 (clear)")
     both = knobbed(*KNOBS)
-    assert state["winners"]["peak"]["name"] == both and state["winners"]["peak"]["clear"]
-    assert state["winners"]["peak"]["runner_up"] == knobbed("env.NCCL_P2P_DISABLE")
+    # Two decisions, each clear: EP4 against the best of any other layout, its knobs against plain EP4.
+    assert peak["name"] == both and peak["clear"] and layout_of[peak["runner_up"]] != "ep4"
+    assert "over plain ep4 (clear)" in peak["knobs"] and peak["overrides"] == KNOBS
     assert state["serving_at_end"] == both == serving(provisioned)
     # The winner ready for group_vars carries its flag and its environment.
     assert f"sglang_layouts:\n  {both}:\n" in done.stdout and f"winner peak: {both}" in done.stdout
     assert "num-continuous-decode-steps: 4" in done.stdout and "NCCL_P2P_DISABLE: '1'" in done.stdout
 
 
-def test_the_staged_search_finds_both_knobs_with_fewer_launches_and_says_what_each_did(searched):
-    """Stage 1 the six layouts (four launched), stage 2 each value alone on EP4 (the best for peak), stage 3
-    the two that paid together: 8 launches, where the full grid has 6 x 1 x 2 = 12 candidates (8 launches
-    past preflight) and no layout on its own flags to say what each knob did."""
+def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_and_says_what_each_did(searched):
+    """Stage 1 the six layouts (four launched), stage 2 each value alone on EP8 (best at C=1) and EP4 (best at
+    peak), the default decode steps recorded as the layout itself, stage 3 EP4's two that paid together:
+    11 launches, where the full grid has 6 x 2 x 2 = 24 candidates (16 launches past preflight) and no layout
+    on its own flags to say what each knob did."""
     done, results, state = searched
     by_name = {entry["name"]: entry for entry in state["candidates"]}
-    assert state["strategy"] == "staged" and state["top_layouts"] == ["ep4"]
+    assert state["strategy"] == "staged" and state["explored"]["2"] == {"c1": ["ep8"], "peak": ["ep4"]}
+    assert state["explored"]["3"] == {"c1": [], "peak": ["ep4"]}
     assert [by_name[knobbed(axis)]["stage"] for axis in KNOBS] == [2, 2] and by_name[knobbed(*KNOBS)]["stage"] == 3
-    # Stage 2 ran on EP4 only: the others' knob candidates were skipped, with the reason.
+    # Never the same server twice: 1 decode step is SGLang's default (its verdict program's resolved arguments).
+    for layout in ("ep8", "ep4"):
+        default = by_name[candidates.candidate_name(layout, {"num-continuous-decode-steps": 1})]
+        assert default["same_server_as"] == layout and f"recorded as {layout}, not launched" in done.stdout
+        assert not records(results, default["name"])
+    # Stage 2 ran on EP8 and EP4 only: the others' knob candidates were skipped, with the reason.
     skipped = {e["layout"]: e["reasons"][0] for e in state["candidates"] if e["status"] == "skipped"}
-    assert sum(1 for e in state["candidates"] if e["status"] == "skipped") == 5 * 3  # three values on five layouts
-    assert all("best 1 layouts for peak only (ep4)" in skipped[name] for name in ("tp8", "pp8", "ep8"))
+    assert sum(1 for e in state["candidates"] if e["status"] == "skipped") == 4 * 4  # four values on four layouts
+    assert all("best 1 layouts per objective only (c1: ep8; peak: ep4)" in skipped[name] for name in ("tp8", "pp8"))
     assert skipped["tp4ep2"] == "its layout tp4ep2 is refused" and skipped["tp2ep4"] == "its layout tp2ep4 is refused"
-    # What each knob did against EP4 alone: the flag +25% at C=1 (inter-token time x 0.8) and +12% at peak;
-    # the environment value nothing at C=1 and +20% at peak (only above C=16); both +34% at peak, kept.
+    # What each knob did against its layout alone: the flag +25% at C=1 on EP8 (inter-token time x 0.8), +12% at
+    # peak on EP4 only; the environment value +20% at peak on EP4 only (above C=16); both +34% on EP4, kept.
     effects = {row["name"]: row["objectives"] for row in stages.effects(state["candidates"], ["c1", "peak"])}
     flag, env, both = (effects[knobbed(*axes)] for axes in (["num-continuous-decode-steps"], ["env.NCCL_P2P_DISABLE"], KNOBS))
-    assert flag["c1"]["change"] == pytest.approx(0.25, abs=0.04) and flag["peak"]["change"] == pytest.approx(0.12, abs=0.05)
+    ep8_flag = effects[knobbed("num-continuous-decode-steps", layout="ep8")]
+    assert ep8_flag["c1"]["change"] == pytest.approx(0.25, abs=0.04) and ep8_flag["peak"]["change"] == pytest.approx(0, abs=0.05)
+    assert flag["c1"]["change"] == pytest.approx(0.0, abs=0.03) and flag["peak"]["change"] == pytest.approx(0.12, abs=0.05)
     assert env["c1"]["change"] == pytest.approx(0.0, abs=0.03) and env["peak"]["change"] == pytest.approx(0.2, abs=0.05)
     assert both["peak"]["change"] == pytest.approx(1.12 * 1.2 - 1, abs=0.06)
-    assert by_name[knobbed(*KNOBS)]["kept"] and by_name[knobbed(*KNOBS)]["kept_why"].startswith("kept: +")
+    assert by_name[knobbed(*KNOBS)]["kept"] and by_name[knobbed(*KNOBS)]["kept_why"].startswith("kept: peak +")
     assert "what each knob did (against the same layout on its declared flags):" in done.stdout
-    assert "8 launched" in done.stdout and "staged: 8 launches where the full grid has 12 candidates" in done.stdout
+    assert "11 launched" in done.stdout and "staged: 11 launches where the full grid has 24 candidates" in done.stdout
     (markdown,) = results.glob("*/searches/*.md")
     assert "## What each knob did" in markdown.read_text()
 
@@ -185,6 +208,28 @@ def test_running_the_same_search_again_launches_nothing(searched, provisioned):
     _, results, state = searched
     again = search(provisioned, results, *SEARCHED)
     assert again.returncode == 0, again.stdout[-3000:]
-    assert "0 to launch, 2 refused by preflight, 7 kept from the earlier run" in again.stdout
+    assert "0 to launch, 2 refused by preflight, 12 kept from the earlier run" in again.stdout
     assert the_manifest(results)["id"] == state["id"]
     assert all(len(records(results, name)) == 1 for name in KEYS)
+
+
+def test_a_knob_that_does_nothing_is_not_adopted_the_plain_layout_wins_clearly_and_is_left_serving(provisioned, tmp_path):
+    """NCCL_P2P_DISABLE=0 changes nothing here (GPU_HOST's effects): for each objective the plain layout wins,
+    clear against the other layout, the noise-level knob said to tie; plain EP4 is what is left serving and
+    handed over for group_vars. The knobs that clearly help are kept in the search above."""
+    noop = {layout: candidates.candidate_name(layout, {"env.NCCL_P2P_DISABLE": "0"}) for layout in ("ep8", "ep4")}
+    done = search(provisioned, tmp_path, "--layouts", "ep8,ep4", "--levels", "1,64", "--grid", "env.NCCL_P2P_DISABLE=0")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    state = the_manifest(tmp_path)
+    assert {entry["name"]: entry["status"] for entry in state["candidates"]} == dict.fromkeys(
+        ["ep8", "ep4", *noop.values()], "measured"
+    )
+    for objective, layout, rival in (("c1", "ep8", "ep4"), ("peak", "ep4", "ep8")):
+        won = state["winners"][objective]
+        assert (won["name"], won["overrides"], won["clear"]) == (layout, {}, True), objective
+        assert won["runner_up"] in (rival, noop[rival]) and won["knobs"] == f"knobs: none beat plain {layout} beyond the noise"
+        assert [name for name, _ in won["tied"]] == [noop[layout]]
+    assert "knobs: none beat plain ep4 beyond the noise; tied within the noise: " in done.stdout
+    assert state["serving_at_end"] == "ep4" == serving(provisioned)
+    handed = done.stdout.split("the peak winner, ready for group_vars:")[1].split("serving now:")[0]
+    assert "sglang_layouts:\n  ep4:\n" in handed and "NCCL_P2P_DISABLE" not in handed

@@ -30,12 +30,14 @@ GPU_HOST = {
     "load_seconds": 2,
     "itl_ms": {"default": 38.0, "tp1-ep1-pp8-dp1": 27.0, "tp8-ep8-pp1-dp1": 15.4, "tp8-ep4-pp1-dp1": 22.2},
     "peak_tok_s": {"default": 808.0, "tp1-ep1-pp8-dp1": 396.0, "tp8-ep8-pp1-dp1": 961.0, "tp8-ep4-pp1-dp1": 1531.0},
-    # Two knobs that pay here, as the field's did: 4 continuous decode steps shorten every inter-token time
-    # by a fifth (C=1 +25%) and lift the roofline 12%; NCCL_P2P_DISABLE=1 lifts the roofline 20%, only with
-    # more than 16 requests decoding (P2P off paid at high concurrency only).
+    # Two knobs that pay here, each where it pays, as the field's did: 4 continuous decode steps shorten
+    # EP8's inter-token time by a fifth (C=1 +25%, on the C=1 layout) and lift EP4's roofline 12%;
+    # NCCL_P2P_DISABLE=1 lifts EP4's roofline 20% (the peak layout), only with more than 16 requests
+    # decoding (P2P off paid at high concurrency only). Every other value does nothing.
     "effects": [
-        {"flag": "num-continuous-decode-steps", "value": 4, "itl_factor": 0.8, "peak_factor": 1.12},
-        {"env": "NCCL_P2P_DISABLE", "value": "1", "peak_factor": 1.2, "above": 16},
+        {"flag": "num-continuous-decode-steps", "value": 4, "itl_factor": 0.8, "layouts": ["tp8-ep8-pp1-dp1"]},
+        {"flag": "num-continuous-decode-steps", "value": 4, "peak_factor": 1.12, "layouts": ["tp8-ep4-pp1-dp1"]},
+        {"env": "NCCL_P2P_DISABLE", "value": "1", "peak_factor": 1.2, "above": 16, "layouts": ["tp8-ep4-pp1-dp1"]},
     ],
 }
 
@@ -58,6 +60,8 @@ def true_decode_tok_s(layout_key: str, running: int, simulation: dict | None = N
     peak = sim.get("peak_tok_s", {}).get(layout_key, sim.get("peak_tok_s", {}).get("default"))
     for effect in sim.get("effects", []):
         axis = effect["flag"] if "flag" in effect else f"env.{effect['env']}"
+        if effect.get("layouts") and layout_key not in effect["layouts"]:
+            continue
         if str((knobs or {}).get(axis)).lower() == str(effect["value"]).lower() and running > effect.get("above", 0):
             itl_ms *= effect.get("itl_factor", 1.0)
             peak = peak * effect.get("peak_factor", 1.0) if peak else peak

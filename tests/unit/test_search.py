@@ -8,7 +8,7 @@ import re
 import pytest
 
 from benchmarks import slo
-from benchmarks.search import manifest, objectives
+from benchmarks.search import decision, manifest, objectives
 from benchmarks.search import report as search_report
 from sglang_layout.candidates import candidate_name, declaration_hash, expand, parse_grid
 from sglang_layout.errors import DeclarationError
@@ -192,21 +192,77 @@ def test_scores_per_objective():
     assert objectives.scores(levels[1:], [])["c1"] is None
 
 
-def test_the_winner_is_clear_only_beyond_the_margin():
-    scores = {"ep8": {"peak": 961.0}, "ep4": {"peak": 1531.0}, "tp8": {"peak": 808.0}, "bad": {"peak": None}}
-    best = objectives.winner(scores, "peak", clear_margin=0.05)
+def entry(name: str, layout: str = "", overrides: dict | None = None, **scores: object) -> dict:
+    """A measured manifest entry (a layout's own when no overrides)."""
+    return {"name": name, "layout": layout or name, "overrides": overrides or {}, "status": "measured", "scores": scores}
+
+
+def test_the_layout_is_clear_only_beyond_the_margin_over_every_other_layout():
+    entries = [entry("ep8", peak=961.0), entry("ep4", peak=1531.0), entry("tp8", peak=808.0), entry("bad", peak=None)]
+    best = decision.decide(entries, "peak", clear_margin=0.05)
     assert (best.name, best.runner_up, best.clear) == ("ep4", "ep8", True)
-    assert best.margin == pytest.approx(1531 / 961 - 1)
-    close = objectives.winner({"a": {"c1": 65.0}, "b": {"c1": 64.0}}, "c1", clear_margin=0.05)
+    assert best.margin == pytest.approx(1531 / 961 - 1) and best.knobs == "knobs: none tried on ep4"
+    close = decision.decide([entry("a", c1=65.0), entry("b", c1=64.0)], "c1", clear_margin=0.05)
     assert (close.name, close.clear) == ("a", False) and "not clear" in close.sentence()
-    assert objectives.winner({"a": {"c1": None}}, "c1", clear_margin=0.05) is None
+    assert decision.decide([entry("a", c1=None)], "c1", clear_margin=0.05) is None
+    alone = decision.decide([entry("a", c1=65.0)], "c1", clear_margin=0.05)
+    assert alone.runner_up is None and alone.clear and "the only layout measured" in alone.sentence()
 
 
-def test_with_repeats_a_winner_is_clear_only_when_the_intervals_separate():
-    apart = {"a": {"peak": 1000.0, "peak_ci": [980.0, 1020.0]}, "b": {"peak": 900.0, "peak_ci": [890.0, 910.0]}}
-    assert objectives.winner(apart, "peak", clear_margin=0.5).clear  # far below the margin, but the intervals part
-    close = {"a": {"peak": 1000.0, "peak_ci": [900.0, 1100.0]}, "b": {"peak": 900.0, "peak_ci": [890.0, 910.0]}}
-    assert not objectives.winner(close, "peak", clear_margin=0.05).clear  # 11% ahead, yet the intervals overlap
+def test_a_knob_within_the_noise_loses_to_its_plain_layout_which_is_clear_against_the_other_layouts():
+    """The rehearsal's case: TP8 clearly best at peak, NCCL_P2P_DISABLE=0 on it +0.5% (noise)."""
+    nccl = {"env.NCCL_P2P_DISABLE": "0"}
+    entries = [entry("tp8", peak=1703.8), entry("tp8-g32a030", "tp8", nccl, peak=1713.0), entry("ep4", peak=1226.3)]
+    best = decision.decide(entries, "peak", clear_margin=0.05)
+    assert (best.name, best.overrides, best.runner_up, best.clear) == ("tp8", {}, "ep4", True)
+    assert best.knobs == "knobs: none beat plain tp8 beyond the noise"
+    assert [name for name, _ in best.tied] == ["tp8-g32a030"]
+    said = best.sentence()
+    assert "+38.9% over ep4 (clear); knobs: none beat plain tp8 beyond the noise" in said
+    assert "tied within the noise: tp8-g32a030 +0.5%" in said
+
+
+def test_a_knob_that_clearly_helps_is_kept_and_said_against_its_plain_layout():
+    entries = [entry("tp8", peak=1000.0), entry("tp8-gk", "tp8", {"steps": 4}, peak=1100.0), entry("ep4", peak=900.0)]
+    best = decision.decide(entries, "peak", clear_margin=0.05)
+    assert (best.name, best.overrides, best.runner_up) == ("tp8-gk", {"steps": 4}, "ep4")
+    assert best.knobs == "knobs: steps=4, +10.0% over plain tp8 (clear)" and best.clear
+
+
+def test_a_knob_set_counts_only_where_it_clearly_beat_its_plain_layout():
+    # A alone +4% (noise), A and B together +8%: the pair wins, though A alone has fewer knobs and ties it.
+    entries = [
+        entry("tp8", peak=100.0),
+        entry("tp8-ga", "tp8", {"a": 1}, peak=104.0),
+        entry("tp8-gab", "tp8", {"a": 1, "b": 2}, peak=108.0),
+    ]
+    best = decision.decide(entries, "peak", clear_margin=0.05)
+    assert best.name == "tp8-gab" and "+8.0% over plain tp8 (clear)" in best.knobs
+
+
+def test_across_layouts_the_plainer_server_wins_a_tie():
+    # TP8 with a knob clearly beats plain TP8, but plain EP8 is within the noise of it: EP8, not clear.
+    entries = [entry("tp8", peak=1600.0), entry("tp8-gk", "tp8", {"k": 1}, peak=1780.0), entry("ep8", peak=1750.0)]
+    best = decision.decide(entries, "peak", clear_margin=0.05)
+    assert (best.name, best.runner_up, best.clear) == ("ep8", "tp8-gk", False)
+    assert best.margin == pytest.approx(1750 / 1780 - 1)
+
+
+def test_a_combination_not_kept_is_no_winner():
+    entries = [entry("ep4", peak=100.0), {**entry("ep4-gx", "ep4", {"a": 1, "b": 1}, peak=130.0), "kept": False}]
+    assert decision.decide(entries, "peak", clear_margin=0.05).name == "ep4"
+
+
+def test_with_repeats_a_decision_is_clear_only_when_the_intervals_separate():
+    apart = [entry("a", peak=1000.0, peak_ci=[980.0, 1020.0]), entry("b", peak=900.0, peak_ci=[890.0, 910.0])]
+    assert decision.decide(apart, "peak", clear_margin=0.5).clear  # far below the margin, but the intervals part
+    close = [entry("a", peak=1000.0, peak_ci=[900.0, 1100.0]), entry("b", peak=900.0, peak_ci=[890.0, 910.0])]
+    assert not decision.decide(close, "peak", clear_margin=0.05).clear  # 11% ahead, yet the intervals overlap
+    knob = [
+        entry("a", peak=1000.0, peak_ci=[990.0, 1010.0]),
+        entry("a-gk", "a", {"k": 1}, peak=1030.0, peak_ci=[1020.0, 1040.0]),
+    ]
+    assert decision.decide(knob, "peak", clear_margin=0.05).name == "a-gk"  # +3%, yet the intervals part
 
 
 def test_the_pareto_front_keeps_only_undominated_points():

@@ -24,14 +24,16 @@ LAYOUTS = {
 }
 # peak per layout; each knob multiplies it (a value missing here does nothing).
 PEAK = {"tp8": 800.0, "ep8": 960.0, "ep4": 1500.0}
+C1 = {"tp8": 40.0, "ep8": 65.0, "ep4": 45.0}  # the knobs here change the peak only
 GAIN = {("steps", 4): 1.12, ("env.NCCL_P2P_DISABLE", "1"): 1.2, ("steps", 2): 1.02}
 
 
 class Box:
     """The fakes' record: what was judged and launched, in order."""
 
-    def __init__(self, gain: dict[tuple[str, Any], float], *, stop_after: int | None = None) -> None:
+    def __init__(self, gain: dict[tuple[str, Any], float], *, stop_after: int | None = None, c1_gain: dict | None = None) -> None:
         self.gain, self.stop_after = gain, stop_after
+        self.c1_gain = c1_gain or {}  # (layout, axis, value) -> its factor on C=1 there only
         self.launched: list[str] = []
         self.judged: list[list[str]] = []
         self.together: float | None = None  # a combination's gain, when the knobs do not add up
@@ -42,7 +44,12 @@ class Box:
             name: {"ok": entry.get("ep", 1) != 3, "findings": [] if entry.get("ep", 1) != 3 else [refusal(name)]}
             for name, entry in layouts.items()
         }
-        return playbooks.PreflightResult(verdicts, "tp8", {}, {}, {"gpu_count": 8, "attention_dp": False})
+        # SGLang's own verdict: steps=1 is its default, so that command resolves to the layout's own server.
+        judged = [
+            {"name": name, "accepted": True, "resolved": [], "fingerprint": fingerprint(entry)} for name, entry in layouts.items()
+        ]
+        sglang = {"sglang_version": "0.5.23", "candidates": judged}
+        return playbooks.PreflightResult(verdicts, "tp8", {}, sglang, {"gpu_count": 8, "attention_dp": False})
 
     def deploy(self, inventory: Path, host: str, layout: str, layouts: dict[str, Any], **_: Any) -> playbooks.DeployResult:
         self.launched.append(layout)
@@ -56,10 +63,18 @@ class Box:
             peak *= self.gain.get((axis, value), 1.0)
         if len(candidate.overrides) > 1 and self.together is not None:
             peak = PEAK[candidate.layout] * self.together
+        c1 = C1[candidate.layout]
+        for axis, value in candidate.overrides.items():
+            c1 *= self.c1_gain.get((candidate.layout, axis, value), 1.0)
         record = options.results_dir / f"{candidate.name}.json"
         record.write_text("{}")
-        entry.update(status="measured", scores={"c1": 50.0, "peak": peak}, record=str(record), levels_run=[1, 64])
+        entry.update(status="measured", scores={"c1": c1, "peak": peak}, record=str(record), levels_run=[1, 64])
         return "measured"
+
+
+def fingerprint(entry: dict[str, Any]) -> str:
+    args = {k: v for k, v in (entry.get("args") or {}).items() if not (k == "steps" and v == 1)}
+    return json.dumps({"tp": entry.get("tp"), "ep": entry.get("ep"), "args": args}, sort_keys=True)
 
 
 def refusal(name: str) -> dict[str, str]:
@@ -116,7 +131,7 @@ def test_a_combination_that_does_not_clearly_beat_its_parts_is_recorded_and_is_n
     fake_state = stored(tmp_path)
     combos = [e for e in fake_state["candidates"] if e.get("stage") == 3]
     assert len(combos) == 1 and combos[0]["kept"] is False
-    assert combos[0]["kept_why"].startswith("not kept: +") and "the clear margin is 5%" in combos[0]["kept_why"]
+    assert combos[0]["kept_why"].startswith("not kept: peak +") and "the clear margin is 5%" in combos[0]["kept_why"]
     # Its peak is the highest measured, but a combination that was not kept is not a winner.
     assert fake_state["winners"]["peak"]["name"] == candidate_name("ep4", {"env.NCCL_P2P_DISABLE": "1"})
     assert fake.launched[-1] == fake_state["winners"]["peak"]["name"]
@@ -153,3 +168,30 @@ def test_a_dry_run_judges_everything_and_writes_nothing(box, tmp_path, capsys):
     text = "\n".join(said)
     assert "dry run: would launch 21 candidate(s)" in text  # the 20 shapes of 8 GPUs and ep4
     assert "  tp8-ep4 (tp8-ep4)" in text and "  ep4 (ep4)" in text
+
+
+def test_every_objective_has_its_incumbent_so_a_c1_knob_on_the_c1_layout_is_found_when_peak_is_the_objective(box, tmp_path):
+    """4 continuous decode steps lift C=1 on EP8 only (the C=1 layout); the peak's knobs pay on EP4: one search with
+    --objective peak --top 1 varies both layouts and names both winners, each clear."""
+    fake = box(c1_gain={("ep8", "steps", 4): 1.25})
+    assert search(tmp_path, *AXES, "--top", "1", "--objective", "peak") == 0
+    state = stored(tmp_path)
+    assert state["explored"]["2"] == {"c1": ["ep8"], "peak": ["ep4"]}
+    assert len(fake.launched) == 3 + 2 * 4 + 1 + 1  # stage 1, stage 2 on both, EP4's combination, the winner left
+    c1, peak = state["winners"]["c1"], state["winners"]["peak"]
+    assert c1["name"] == candidate_name("ep8", {"steps": 4}) and c1["clear"] and "+25.0% over plain ep8 (clear)" in c1["knobs"]
+    both = candidate_name("ep4", {"steps": 4, "env.NCCL_P2P_DISABLE": "1"})
+    assert peak["name"] == both and peak["clear"] and fake.launched[-1] == both
+    skipped = [e for e in state["candidates"] if e["status"] == "skipped" and e["layout"] != "broken"]  # refused layout
+    assert {e["layout"] for e in skipped} == {"tp8"} and "c1: ep8; peak: ep4" in skipped[0]["reasons"][0]
+
+
+def test_a_candidate_sglang_resolves_to_a_measured_server_is_recorded_as_that_one_and_not_launched(box, tmp_path):
+    fake = box()
+    assert search(tmp_path, "--grid", "steps=1,4", "--top", "1") == 0
+    state = stored(tmp_path)
+    twin = next(e for e in state["candidates"] if e["name"] == candidate_name("ep4", {"steps": 1}))
+    assert twin["same_server_as"] == "ep4" and twin["status"] == "measured" and twin["name"] not in fake.launched
+    base = next(e for e in state["candidates"] if e["name"] == "ep4")
+    assert twin["scores"] == base["scores"] and twin["record"] == base["record"]
+    assert fake.launched.count("ep4") == 1 and candidate_name("ep4", {"steps": 4}) in fake.launched

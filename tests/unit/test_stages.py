@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.search import policy, stages
 from benchmarks.search import report as search_report
-from benchmarks.search import stages
 from sglang_layout.candidates import candidate_name, parse_grid
 from sglang_layout.errors import DeclarationError
 
@@ -83,7 +83,8 @@ def test_stage_three_combines_the_values_that_clearly_gained_and_keeps_the_combi
         measured("ep8", env, 2, 65.0, 1000.0),
     ]
     assert stages.best_values(entries, "ep4", "peak", 0.05) == {"env.NCCL_P2P_DISABLE": "1", "max-running-requests": 256}
-    (combined,) = stages.third_stage(LAYOUTS, entries, ["ep4", "ep8"], "peak", 0.05)
+    ((combined, made_for),) = policy.combinations(LAYOUTS, entries, {"peak": ["ep4", "ep8"]}, 0.05).values()
+    assert made_for == ["peak"]
     assert combined.layout == "ep4" and combined.overrides == {**env, **flag}
     assert combined.entry["args"]["max-running-requests"] == 256 and combined.entry["env"]["NCCL_P2P_DISABLE"] == "1"
     both = measured("ep4", {**env, **flag}, 3, 45.0, 1330.0)

@@ -18,6 +18,7 @@ It runs under the installed SGLang's Python, not the project's: standard library
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -50,6 +51,20 @@ def _plain(value: object) -> object:
     if isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
         return list(value)
     return str(value)[:MAX_TEXT]
+
+
+# Fields SGLang fills differently on every parse of the same command (a random seed when none is given).
+VOLATILE_FIELDS = ("random_seed",)
+
+
+def _fingerprint(server_args: object) -> str:
+    """The server SGLang will run, as one digest: every field after resolution (decisions applied, bookkeeping and
+    volatile fields left out). Two commands with the same digest start the same server."""
+    fields = {k: v for k, v in vars(server_args).items() if not k.startswith("_") and k not in VOLATILE_FIELDS}
+    for _, decided in getattr(server_args, "_resolved_overrides", None) or ():
+        fields.update({k: v for k, v in decided.items() if not k.startswith("_") and k not in VOLATILE_FIELDS})
+    text = json.dumps({k: _plain(v) for k, v in fields.items()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _where(exc: BaseException) -> str:
@@ -119,7 +134,9 @@ def judge(prepare: object, name: str, args: list[str], env: dict[str, str]) -> d
             logging.getLogger().addHandler(caught)  # prepare_server_args resets the root logger's handlers
             server_args.resolve_once()
             server_args.check_server_args()
-        verdict.update(accepted=True, resolved=_resolved(server_args, _model_only(prepare, args)))
+        verdict.update(
+            accepted=True, resolved=_resolved(server_args, _model_only(prepare, args)), fingerprint=_fingerprint(server_args)
+        )
     except (Exception, SystemExit) as exc:
         verdict["refusal"] = _refusal(exc, stderr.getvalue())
     finally:

@@ -43,7 +43,8 @@ class Server:
         sizes = [int(getattr(args, f"{k}_size") or 1) for k in ("tp", "ep", "pp", "dp")]
         self.base_itl = sim.base_itl_ms(*sizes) / 1000.0
         self.peak = sim.peak(*sizes)
-        self.effects = active_effects(sim.effects, args, os.environ)  # the knobs this server runs with
+        layout_key = "tp{}-ep{}-pp{}-dp{}".format(*sizes)
+        self.effects = active_effects(sim.effects, args, os.environ, layout_key)  # the knobs this server runs with
         cap = int(getattr(args, "max_running_requests", None) or sim.max_running_requests or 0)
         self.slots = asyncio.Semaphore(cap) if cap > 0 else None
         self.queued = 0

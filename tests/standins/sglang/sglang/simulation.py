@@ -49,6 +49,7 @@ class Simulation:
     # while the server runs with that flag (or environment variable) at that value and more than C requests
     # decode (C 0 or absent: always). So a file can describe a box where an env value wins only at peak and a
     # flag at C=1, as the field's NCCL and scheduler settings did (FIELD-NOTES.md, "What others measured").
+    # An effect's optional "layouts" (keys as itl_ms's, tp8-ep8-pp1-dp1) limits it to those layouts.
     effects: list[dict[str, Any]] = field(default_factory=list)
     # Speculative decoding (the server started with --speculative-algorithm): each decode step emits the next
     # of these accepted lengths in turn (their mean is the acceptance length; 2.5 here), streamed as one
@@ -82,10 +83,14 @@ class Simulation:
         return float(value) if value else None
 
 
-def active_effects(effects: list[dict[str, Any]], args: object, environ: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The effects whose flag or environment value this server runs with."""
+def active_effects(
+    effects: list[dict[str, Any]], args: object, environ: Mapping[str, str], layout_key: str = ""
+) -> list[dict[str, Any]]:
+    """The effects whose flag or environment value this server runs with, on its layout (`tp8-ep8-pp1-dp1`)."""
     found = []
     for effect in effects:
+        if effect.get("layouts") and layout_key not in effect["layouts"]:
+            continue
         if "flag" in effect:
             actual = getattr(args, str(effect["flag"]).replace("-", "_"), None)
         else:

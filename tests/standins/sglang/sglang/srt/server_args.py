@@ -69,7 +69,18 @@ class ServerArgs:
             )
 
 
+# SGLang 0.5.23's own defaults for the flags the rehearsal searches, as this untyped parser holds a value
+# given on the command line (text): so `--num-continuous-decode-steps 1` parses to the server that a
+# command without it starts, as in the real ServerArgs (its dataclass default is 1).
+DEFAULTS = {"num_continuous_decode_steps": "1", "schedule_policy": "fcfs"}
+
+
 def prepare_server_args(argv: list[str]) -> ServerArgs:
     """argparse over the real flag table (exit 2 on a bad flag, as the real parser), --config merged first."""
-    parsed = build_parser().parse_args(with_config_file(list(argv)))
-    return ServerArgs(vars(parsed))
+    parsed = vars(build_parser().parse_args(with_config_file(list(argv))))
+    for name, default in DEFAULTS.items():
+        if parsed.get(name) is None:
+            parsed[name] = default
+        else:
+            parsed[name] = str(parsed[name])
+    return ServerArgs(parsed)
