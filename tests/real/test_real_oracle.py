@@ -53,6 +53,9 @@ REFUSED = {
     ),
 }
 ACCEPTED = {"cpu-a": [], "cpu-b": ["--max-running-requests", "8"]}  # test_real_deploy.py's layouts, which serve
+# The same server as cpu-a in SGLang's own resolution (its defaults written out), and one that is not.
+SAME_AS_CPU_A = {"cpu-a-steps-1": ["--num-continuous-decode-steps", "1"], "cpu-a-fcfs": ["--schedule-policy", "fcfs"]}
+OTHER_THAN_CPU_A = {"cpu-a-steps-4": ["--num-continuous-decode-steps", "4"]}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +66,8 @@ def judged(real_python, tmp_path_factory):
     cases = {
         **{name: args for name, (args, *_) in REFUSED.items()},
         **ACCEPTED,
+        **SAME_AS_CPU_A,
+        **OTHER_THAN_CPU_A,
         **{name: args for name, (_, args, _) in RULES.items()},
     }
     request = [{"name": name, "args": ["--model-path", str(model), *CPU, *args], "env": {}} for name, args in cases.items()]
@@ -99,6 +104,15 @@ def test_the_layouts_that_serve_are_accepted_with_what_sglang_will_really_run(ju
     assert chosen["chunked_prefill_size"]["resolved"] and chosen["chunked_prefill_size"]["parsed"] is None
     assert "cuda_graph_config" in chosen and chosen["mem_fraction_static"]["parsed"] is None
     assert len(oracle.rewrites(by_name["cpu-a"])) >= 3
+
+
+def test_a_command_that_writes_out_sglangs_defaults_resolves_to_the_same_server(judged):
+    """The fingerprint the search uses to launch no server twice (docs/search.md), from the real resolution:
+    its random seed left out, two parses of one command agree, and a default written out changes nothing."""
+    _, by_name = judged
+    same = {by_name[name]["fingerprint"] for name in ["cpu-a", *SAME_AS_CPU_A]}
+    assert len(same) == 1 and all(len(f) == 16 for f in same)
+    assert by_name["cpu-a-steps-4"]["fingerprint"] not in same and by_name["cpu-b"]["fingerprint"] not in same
 
 
 def test_one_import_then_each_candidate_is_cheap(judged):

@@ -60,7 +60,10 @@ VOLATILE_FIELDS = ("random_seed",)
 def _fingerprint(server_args: object) -> str:
     """The server SGLang will run, as one digest: every field after resolution (decisions applied, bookkeeping and
     volatile fields left out). Two commands with the same digest start the same server."""
-    fields = {k: v for k, v in vars(server_args).items() if not k.startswith("_") and k not in VOLATILE_FIELDS}
+    kind = type(server_args)
+    # 0.5.23's ServerArgs is a msgspec.Struct (its fields are not in vars()); a dataclass or plain object else.
+    names = getattr(kind, "__struct_fields__", None) or getattr(kind, "__dataclass_fields__", None) or vars(server_args)
+    fields = {k: getattr(server_args, k, None) for k in names if not k.startswith("_") and k not in VOLATILE_FIELDS}
     for _, decided in getattr(server_args, "_resolved_overrides", None) or ():
         fields.update({k: v for k, v in decided.items() if not k.startswith("_") and k not in VOLATILE_FIELDS})
     text = json.dumps({k: _plain(v) for k, v in fields.items()}, sort_keys=True)
