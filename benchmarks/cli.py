@@ -19,7 +19,7 @@ from benchmarks.inventory import InventoryError, read_inventory
 from benchmarks.search import objectives, stages
 from benchmarks.search.runner import SearchOptions, main_search
 from benchmarks.sweep import LOCAL, REPO, SweepResult, parse_loadgen, run_sweep
-from benchmarks.workload import Workload, bounded
+from benchmarks.workload import Workload, bounded, parse_duration
 from sglang_layout.candidates import parse_grid
 from sglang_layout.errors import DeclarationError
 
@@ -173,6 +173,13 @@ def _add_search(search: argparse.ArgumentParser) -> None:
         type=bounded(0.0, 10.0, kind=float),
         default=0.05,
         help="stop raising C when aggregate tok/s gains less than this fraction over the level before (0: never)",
+    )
+    search.add_argument(
+        "--budget",
+        type=parse_duration,
+        default=0.0,
+        help="the time the search may take, e.g. 4h: a launch that would end past it (by the launches measured so"
+        " far, their starts included) is not made, and the report lists what was left (default: no limit)",
     )
     search.add_argument(
         "--clear-margin",

@@ -35,6 +35,23 @@ def bounded(low: float, high: float, *, kind: type = int) -> Callable[[str], Any
     return parse
 
 
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """`4h`, `90m`, `300s` or `300` (seconds) -> seconds; an argparse type."""
+    spoken = text.strip().lower()
+    unit = _UNITS.get(spoken[-1:])
+    number = spoken[:-1] if unit else spoken
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: write e.g. 4h, 90m or 300s") from exc
+    if not 0 < seconds <= 30 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most 30 days")
+    return seconds
+
+
 def parse_levels(text: str) -> list[int]:
     try:
         levels = [int(part) for part in text.split(",")]  # "1,,2" is a typo, not 1,2

@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,9 @@ class DeployResult:
     load_s: float | None  # start to healthy; None when the layout was already serving
     message: str  # the diagnosis and rollback when it failed
     gpu_used_mib: int | None = None  # what the new layout holds on its GPUs, when nvidia-smi is there
+    # Seconds from the unit's start to the end of each phase SGLang logged (weights_loaded, kv_cache_sized,
+    # graphs_captured, ready): plugins/module_utils/sglang_host.py STARTUP_MARKS.
+    startup: dict[str, float] = field(default_factory=dict)
 
 
 def deploy(
@@ -175,10 +178,12 @@ def deploy(
         load = swap.get("load_s")
         swapped = str(swap.get("swapped")).lower() == "true"
         used = swap.get("gpu_used_mib")
+        phases = swap.get("startup") if swapped and isinstance(swap.get("startup"), dict) else {}
         return DeployResult(
             True,
             float(load) if swapped and load not in (None, "") else None,
             "",
             int(used) if swapped and str(used).isdigit() else None,
+            {str(phase): float(seconds) for phase, seconds in phases.items() if isinstance(seconds, (int, float))},
         )
     return DeployResult(False, None, _failure(events, f"deploy.yml ended {runner.status}"))

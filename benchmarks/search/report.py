@@ -91,12 +91,14 @@ def economy(state: dict[str, Any]) -> str:
     launched = [e for e in entries if e["status"] not in ("refused", "pending", "skipped") and not e.get("same_server_as")]
     refused = sum(1 for e in entries if e["status"] == "refused")
     twins = sum(1 for e in entries if e.get("same_server_as"))
+    over = sum(1 for e in entries if e["status"] == "skipped" and "--budget" in " ".join(e.get("reasons") or []))
     ran = sum(len(e.get("levels_run") or []) for e in launched)
     planned = len(state["workload"]["levels"]) * len(launched)
     overheads = [e["overhead_s"] for e in launched if e.get("overhead_s") is not None]
     parts = [
         f"{len(launched)} launched, {refused} refused by preflight (never launched)"
-        + (f", {twins} the same server as one measured (never launched)" if twins else ""),
+        + (f", {twins} the same server as one measured (never launched)" if twins else "")
+        + (f", {over} left out by the --budget (listed above; the same command resumes them)" if over else ""),
         f"{ran} of {planned} levels measured (the rest skipped past the knee or the SLO)",
     ]
     if state.get("strategy") == "staged":
@@ -164,6 +166,31 @@ def effect_rows(state: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, out
 
 
+# SGLang's startup phases, each ending at a line it logs (plugins/module_utils/sglang_host.py STARTUP_MARKS).
+STARTUP_PHASES = {"weights_loaded": "weights", "kv_cache_sized": "KV cache", "graphs_captured": "graphs", "ready": "ready"}
+
+
+def startup_text(startup: dict[str, float]) -> str:
+    """`weights 212 s, KV cache +4 s, graphs +205 s, ready +3 s`: each phase's own time, from the unit's start."""
+    parts, before = [], 0.0
+    for phase, label in STARTUP_PHASES.items():
+        if phase in startup:
+            took = startup[phase] - before
+            parts.append(f"{label} {'+' if parts else ''}{took:.1f} s")
+            before = startup[phase]
+    return ", ".join(parts)
+
+
+def startup_lines(state: dict[str, Any]) -> list[str]:
+    """Where each launch's start went, from SGLang's own lines, and their mean: what a launch costs on this box."""
+    launched = [e for e in state["candidates"] if e.get("startup") and not e.get("same_server_as")]
+    lines = [f"{e['name']}: {startup_text(e['startup'])}" for e in launched]
+    ready = [e["startup"]["ready"] for e in launched if "ready" in e["startup"]]
+    if len(ready) > 1:
+        lines.append(f"mean start to ready: {sum(ready) / len(ready):.1f} s over {len(ready)} launches")
+    return lines
+
+
 def held_back_lines(state: dict[str, Any]) -> list[str]:
     """What held each measured candidate back at its peak level (benchmarks/bottleneck.py's rules)."""
     return [
@@ -182,6 +209,8 @@ def text(state: dict[str, Any], entries: dict[str, Any]) -> str:
         lines += ["", "what the installed SGLang will really run (its own checks, before any launch):", *said]
     if held := held_back_lines(state):
         lines += ["", "what held each candidate back at its peak level:", *held]
+    if started := startup_lines(state):
+        lines += ["", "where each start went (SGLang's own log lines, from the unit's start):", *started]
     winners = state.get("winners") or {}
     lines.append("")
     asked = {"capacity": bool(state.get("slo")), "goodput": bool(state["workload"].get("goodput"))}
@@ -218,6 +247,9 @@ def markdown(state: dict[str, Any], entries: dict[str, Any], plot: Path | None) 
     if held := held_back_lines(state):
         parts += ["", "## What held each candidate back\n", "At its peak level, by the rules of docs/benchmarks.md.\n"]
         parts += [f"- {line}" for line in held]
+    if started := startup_lines(state):
+        parts += ["", "## Where each start went\n", "From SGLang's own log lines, in seconds from the unit's start.\n"]
+        parts += [f"- {line}" for line in started]
     entry = winner_entry(state, entries)
     if entry:
         parts += ["", "## The winner as a declaration\n", "```yaml", entry.rstrip(), "```"]

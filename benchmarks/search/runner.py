@@ -42,6 +42,7 @@ class SearchOptions:
     slo: list[slo.Bound] = field(default_factory=list)
     knee: float = 0.05
     clear_margin: float = 0.05
+    budget: float = 0.0  # seconds the search may take (0: no limit); launches that would end past it are not made
     max_probes: int = 4  # extra levels to narrow the SLO capacity between the two that bracket it
     resolution: float = 0.1  # ... until the bracket is at most this fraction of the capacity wide
     leave: str = "best"  # best, original, none
@@ -74,7 +75,10 @@ class SearchOptions:
 
 
 # What a candidate recorded as the same server as a measured one takes from it (its figures, its record).
-TWIN_FIELDS = ("scores", "curve", "gpu_curve", "levels_run", "stopped", "held_back", "load_s", "gpu_used_mib", "record")
+TWIN_FIELDS = (
+    *("scores", "curve", "gpu_curve", "levels_run", "stopped", "held_back"),
+    *("load_s", "startup", "gpu_used_mib", "record"),
+)
 
 
 class SearchError(Exception):
@@ -427,10 +431,26 @@ class _Launcher:
         self.by_name = {c.name: c for c in plan.candidates}
         self.lock = threading.Lock()  # the manifest and the tallies, shared by the hosts' threads
         self.durations: list[float] = []
+        self.began = time.monotonic()
 
     def save(self) -> None:
         with self.lock:
             manifest.save(self.state, self.plan.path)
+
+    def over_budget(self) -> str:
+        """Why the next launch would end past --budget ('' when it fits or nothing was measured yet to tell)."""
+        budget = self.options.budget
+        with self.lock:
+            done = list(self.durations)
+        if not budget or not done:
+            return ""
+        spent, launch = time.monotonic() - self.began, sum(done) / len(done)
+        if spent + launch <= budget:
+            return ""
+        return (
+            f"over the --budget of {_minutes(budget)}: {_minutes(spent)} spent, a launch takes about {_minutes(launch)}"
+            " here (its start included); give more time or fewer candidates, and the same command resumes"
+        )
 
     def _twin(self, entry: dict[str, Any]) -> dict[str, Any] | None:
         """A measured candidate whose server is this one's (SGLang's resolved arguments, the same environment)."""
@@ -453,6 +473,11 @@ class _Launcher:
         """One candidate on host `on` (on all its nodes, if multi-node): deploy, measure, record. True to stop the search."""
         options, say, note = self.options, self.say, self.note
         candidate = self.by_name[entry["name"]]
+        if over := self.over_budget():
+            entry.update(status="skipped", reasons=[over])
+            say(f"[{position}/{len(self.todo)}] {candidate.name} ({candidate.label}): not launched: {over}")
+            self.save()
+            return False
         if twin := self._twin(entry):
             entry.update({key: twin[key] for key in TWIN_FIELDS if key in twin}, status="measured", same_server_as=twin["name"])
             say(
@@ -488,7 +513,11 @@ class _Launcher:
             return interrupts.stop
         entry["load_s"] = deployed.load_s
         entry["gpu_used_mib"] = deployed.gpu_used_mib
-        note(f"  {candidate.name}: serving" + (f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else "") + where)
+        if deployed.startup:
+            entry["startup"] = deployed.startup
+        loaded = f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else ""
+        phases = f" ({search_report.startup_text(deployed.startup)})" if deployed.startup else ""
+        note(f"  {candidate.name}: serving{loaded}{phases}{where}")
         if interrupts.stop:
             entry["status"] = "interrupted"
             self.save()
@@ -568,6 +597,11 @@ def _later_stages(launcher: _Launcher, say: Callable[[str], None]) -> bool:
         for name, why in step.skip.items():
             by_name[name].update(status="skipped", reasons=[why])
         if step.stage == 0 or ((step.stage, tuple(step.launch)) in seen and not step.new):
+            break
+        if over := launcher.over_budget():  # the stages that cannot fit are listed, not launched
+            for name in step.launch:
+                by_name[name].update(status="skipped", reasons=[over])
+            say(f"stage {step.stage} ({stages.STAGE_NAMES[step.stage]}) not begun: {over}")
             break
         seen.add((step.stage, tuple(step.launch)))
         if step.new:

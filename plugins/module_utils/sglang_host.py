@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -88,14 +89,45 @@ def unhealthy_reason(unit: str, url: str, timeout: float, outcome: str, status: 
     return f"{unit} did not answer 200 on {url} within {timeout} s (last status {status})"
 
 
-def journal_argv(unit: str, invocation: str, lines: int) -> list[str]:
+# SGLang 0.5.23's own log lines that end each startup phase (model_runner.py "Load weight end.",
+# kv_cache_configurator.py "Memory pool end.", cuda_graph_setup.py "Capture target decode CUDA graph end."
+# (CPU graph on CPU; prefill, verify and draft captures too), http_server.py "The server is fired up and
+# ready to roll!"); every rank and capture logs its own: the last one counts.
+STARTUP_MARKS = (
+    ("weights_loaded", re.compile(r"Load weight end\.")),
+    ("kv_cache_sized", re.compile(r"Memory pool end\.")),
+    ("graphs_captured", re.compile(r"Capture .*graph end\.", re.IGNORECASE)),
+    ("ready", re.compile(r"The server is fired up and ready to roll!")),
+)
+STARTUP_JOURNAL_LINES = 20000  # a start of a large model logs a few thousand lines (a line per rank and step)
+_MONOTONIC_LINE = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
+
+
+def startup_phases(journal: str, started_us: str) -> dict[str, float]:
+    """Seconds from the unit's start to the end of each startup phase SGLang logged, from journalctl's
+    --output=short-monotonic lines (CLOCK_MONOTONIC, as ExecMainStartTimestampMonotonic)."""
+    if not started_us.isdigit() or int(started_us) == 0:
+        return {}
+    start = int(started_us) / 1e6
+    found: dict[str, float] = {}
+    for line in journal.splitlines():
+        stamp = _MONOTONIC_LINE.match(line)
+        if not stamp:
+            continue
+        for phase, mark in STARTUP_MARKS:
+            if mark.search(line):
+                found[phase] = round(float(stamp.group(1)) - start, 1)
+    return {phase: found[phase] for phase, _ in STARTUP_MARKS if phase in found}
+
+
+def journal_argv(unit: str, invocation: str, lines: int, output: str = "cat") -> list[str]:
     """journalctl reading one start of a unit: the server's lines and systemd's about it.
 
     systemd's lines (set-up failures, the exit status) carry INVOCATION_ID=; the process's carry
     _SYSTEMD_INVOCATION_ID=, and only once it is in the unit's cgroup. Without an invocation (the unit
     never started), the unit's whole journal.
     """
-    head = ["journalctl", "--no-pager", "--output=cat", f"--lines={int(lines)}"]
+    head = ["journalctl", "--no-pager", f"--output={output}", f"--lines={int(lines)}"]
     invocation = invocation.strip()
     if not invocation:
         return [*head, f"--unit={unit}"]

@@ -110,8 +110,10 @@ steps:
   returned: always
 health:
   description: >-
-    The new layout's wait (elapsed, load_s, restarted) when it became healthy, and gpu_used_mib, the GPU memory
-    held on its GPUs then (null without nvidia-smi or when it could not be read).
+    The new layout's wait (elapsed, load_s, restarted) when it became healthy; startup, the seconds from the
+    unit's start to the end of each phase SGLang logged (weights_loaded, kv_cache_sized, graphs_captured,
+    ready; those it logged); and gpu_used_mib, the GPU memory held on its GPUs then (null without nvidia-smi
+    or when it could not be read).
   type: dict
   returned: when swapped
 failure:
@@ -137,6 +139,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_host import (
+    STARTUP_JOURNAL_LINES,
     GpuHolders,
     HostError,
     gpu_indices,
@@ -145,6 +148,7 @@ from ansible.module_utils.sglang_host import (
     refusal,
     running_swap,
     seconds_since_start,
+    startup_phases,
     unhealthy_reason,
     unit_state,
     wait_healthy,
@@ -193,7 +197,10 @@ class Swap:
         if outcome != "healthy":
             reason = unhealthy_reason(unit, self.p["url"], self.p["health_timeout"], outcome, status, state)
             raise Failed({"msg": reason, "outcome": outcome, "status": status, **waited})
-        return {**waited, "load_s": seconds_since_start(state)}
+        # Where the start went, from SGLang's own lines of this start (its journal, on the unit's clock).
+        listed = journal_argv(unit, state.get("InvocationID", ""), STARTUP_JOURNAL_LINES, output="short-monotonic")
+        phases = startup_phases(self.module.run_command(listed)[1], state.get("ExecMainStartTimestampMonotonic", ""))
+        return {**waited, "load_s": seconds_since_start(state), "startup": phases}
 
     def record(self, content: dict) -> None:
         """The record of what serves, whole or not at all; a full disk leaves the old one and says so."""

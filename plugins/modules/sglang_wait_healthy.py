@@ -63,6 +63,12 @@ load_s:
       model's load time; the wait starts later than the unit, by the start task's own time. Null when unknown.
   type: float
   returned: when healthy
+startup:
+  description:
+    - Seconds from the unit's start to the end of each startup phase SGLang logged in this start's journal
+      (weights_loaded, kv_cache_sized, graphs_captured, ready), those it logged.
+  type: dict
+  returned: when healthy
 unit_state:
   description: The unit's ActiveState, SubState, Result and ExecMainStatus when the wait ended.
   type: dict
@@ -77,9 +83,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_host import (
+    STARTUP_JOURNAL_LINES,
     HostError,
     http_status,
+    journal_argv,
     seconds_since_start,
+    startup_phases,
     unhealthy_reason,
     unit_state,
     wait_healthy,
@@ -123,7 +132,9 @@ def main() -> None:
         "restarted": restarts,
     }
     if outcome == "healthy":
-        module.exit_json(load_s=seconds_since_start(state), **result)
+        listed = journal_argv(unit, state.get("InvocationID", ""), STARTUP_JOURNAL_LINES, output="short-monotonic")
+        phases = startup_phases(module.run_command(listed)[1], state.get("ExecMainStartTimestampMonotonic", ""))
+        module.exit_json(load_s=seconds_since_start(state), startup=phases, **result)
     module.fail_json(msg=unhealthy_reason(unit, url, timeout, outcome, status, state), **result)
 
 

@@ -80,6 +80,10 @@ def test_swap_to_tp8_leaves_exactly_one_layout_active_and_enabled(provisioned):
     # Preflight names the GPUs it judged against, their compute capability and PCIe link included.
     assert "GPUs: 8 x NVIDIA RTX PRO 6000 Blackwell Workstation Edition" in swapped.stdout
     assert "compute capability 12.0, PCIe Gen5 x16" in swapped.stdout
+    # Where the start went, from the server's own lines in its journal (the stand-in logs SGLang's).
+    (said,) = [line for line in swapped.stdout.splitlines() if "sglang-k26-tp8.service started in" in line]
+    phases = [phase for phase in ("weights loaded at", "kv cache sized at", "graphs captured at", "ready at") if phase in said]
+    assert len(phases) == 4, said
     serving_only(provisioned.box, provisioned.port, "tp8")
     assert state(provisioned.box, "ep8") == ("inactive", "disabled")
 

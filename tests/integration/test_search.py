@@ -126,6 +126,10 @@ def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
         truth = true_aggregate_tok_s(key, entry["scores"]["peak_c"], 32, knobs=knobs)
         assert entry["scores"]["peak"] == pytest.approx(truth, rel=0.04), entry["name"]
         assert entry["load_s"] >= GPU_HOST["load_seconds"]
+        # Where the start went, from the server's own lines: weights, KV cache, graphs, ready, in that order.
+        at = entry["startup"]
+        assert list(at) == ["weights_loaded", "kv_cache_sized", "graphs_captured", "ready"], entry["name"]
+        assert 0 < at["weights_loaded"] < at["kv_cache_sized"] < at["graphs_captured"] <= at["ready"] <= entry["load_s"] + 1
         # The stand-in nvidia-smi: each of the 8 GPUs 88% held (--mem-fraction-static 0.88), as SGLang reserves it.
         assert entry["gpu_used_mib"] == pytest.approx(8 * 0.88 * GPU_HOST["gpu_memory_gib"] * 1024, rel=0.01)
         assert len(records(results, entry["name"])) == 1  # one launch, one run record with all its levels
@@ -181,6 +185,8 @@ def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_an
     assert both["peak"]["change"] == pytest.approx(1.12 * 1.2 - 1, abs=0.06)
     assert by_name[knobbed(*KNOBS)]["kept"] and by_name[knobbed(*KNOBS)]["kept_why"].startswith("kept: peak +")
     assert "what each knob did (against the same layout on its declared flags):" in done.stdout
+    assert "where each start went (SGLang's own log lines, from the unit's start):" in done.stdout
+    assert "mean start to ready: " in done.stdout
     assert "11 launched" in done.stdout and "staged: 11 launches where the full grid has 24 candidates" in done.stdout
     (markdown,) = results.glob("*/searches/*.md")
     assert "## What each knob did" in markdown.read_text()

@@ -103,6 +103,8 @@ def test_the_real_server_swaps_between_cpu_layouts(real_box):
         assert done.returncode == 0, done.output[-4000:]
         assert active(box) == [f"sglang-tiny-{layout}.service"]
         assert wait_http(f"http://127.0.0.1:{port}/health_generate", 30) == 200
+        # Where the start went, read from the real server's own lines (docs/search.md, startup phases).
+        assert "weights loaded at" in done.stdout and "ready at" in done.stdout, done.stdout[-3000:]
     journal = box.run("sudo", "journalctl", "-u", "sglang-tiny-cpu-a", "--no-pager", "-o", "cat").stdout
     assert "The server is fired up and ready to roll!" in journal
 

@@ -177,3 +177,19 @@ def test_the_subcommands_are_one_table_and_the_search_options_come_from_its_fiel
     assert (options.server_host, options.layouts, options.knee, options.leave) == ("gpu-1", ["ep8", "tp8"], 0.1, "original")
     assert options.workload.levels == [1, 4] and options.grid == [("max-running-requests", (64,))]
     assert options.api_key == "k" * 16 and options.max_probes == SearchOptions.max_probes
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("4h", 14400.0), ("90m", 5400.0), ("300s", 300.0), ("300", 300.0), ("1.5H", 5400.0)]
+)
+def test_a_budget_reads_as_hours_minutes_or_seconds(text, seconds):
+    args = cli.build_parser().parse_args(["search", "--server-host", "box", "--budget", text])
+    assert args.budget == seconds
+
+
+@pytest.mark.parametrize("text", ["4 hours", "0", "0.0h", "h", "31d"])
+def test_a_budget_that_is_no_duration_is_refused_in_words(capsys, text):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["search", "--server-host", "box", "--budget", text])
+    said = capsys.readouterr().err
+    assert "--budget" in said and (f"{text!r}" in said)

@@ -6,6 +6,7 @@ flow runs for real on the rehearsal box in tests/integration/test_search.py."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from benchmarks import cli
 from benchmarks.inventory import Inventory
 from benchmarks.search import playbooks, runner
+from benchmarks.search import report as search_report
 from sglang_layout.candidates import candidate_name, parse_grid
 
 LAYOUTS = {
@@ -34,6 +36,7 @@ class Box:
     def __init__(self, gain: dict[tuple[str, Any], float], *, stop_after: int | None = None, c1_gain: dict | None = None) -> None:
         self.gain, self.stop_after = gain, stop_after
         self.c1_gain = c1_gain or {}  # (layout, axis, value) -> its factor on C=1 there only
+        self.delay = 0.0  # seconds each launch takes
         self.launched: list[str] = []
         self.judged: list[list[str]] = []
         self.together: float | None = None  # a combination's gain, when the knobs do not add up
@@ -53,6 +56,7 @@ class Box:
 
     def deploy(self, inventory: Path, host: str, layout: str, layouts: dict[str, Any], **_: Any) -> playbooks.DeployResult:
         self.launched.append(layout)
+        time.sleep(self.delay)
         return playbooks.DeployResult(ok=True, load_s=1.0, message="")
 
     def measure(self, candidate: Any, entry: dict[str, Any], options: Any, note: Any, identifier: str, host: str) -> str:
@@ -195,3 +199,16 @@ def test_a_candidate_sglang_resolves_to_a_measured_server_is_recorded_as_that_on
     base = next(e for e in state["candidates"] if e["name"] == "ep4")
     assert twin["scores"] == base["scores"] and twin["record"] == base["record"]
     assert fake.launched.count("ep4") == 1 and candidate_name("ep4", {"steps": 4}) in fake.launched
+
+
+def test_a_budget_leaves_out_the_launches_that_cannot_fit_lists_them_and_still_names_winners(box, tmp_path):
+    fake = box()
+    fake.delay = 0.2  # a launch takes 0.2 s here: after two, a third would end past 0.5 s
+    assert search(tmp_path, *AXES, "--top", "1", "--budget", "0.5s") == 0
+    state = stored(tmp_path)
+    over = {e["name"] for e in state["candidates"] if "--budget" in " ".join(e.get("reasons") or [])}
+    assert fake.launched[:2] == ["tp8", "ep8"] and "ep4" in over and len(over) > 1  # and the stage-2 candidates
+    assert all(e["status"] == "skipped" for e in state["candidates"] if e["name"] in over)
+    assert state["winners"]["peak"]["name"] == "ep8" and fake.launched[-1] == "ep8"  # the best measured, left serving
+    said = search_report.economy(state)
+    assert f"{len(over)} left out by the --budget" in said

@@ -58,7 +58,7 @@ def load_weights(args: object, sim: simulation.Simulation) -> None:
             f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {per_gpu - budget:.2f} GiB. "
             f"GPU 0 has a total capacity of {sim.gpu_memory_gib:.2f} GiB of which 0 bytes is free."
         )
-    log.info("Load weight end. mem usage=%.2f GB", per_gpu)
+    return per_gpu
 
 
 def node_of(args: object, sim: simulation.Simulation) -> rendezvous.Node | None:
@@ -97,10 +97,21 @@ async def serve(args: object, sim: simulation.Simulation) -> None:
     try:
         if node is not None:
             await node.meet()
-        await asyncio.sleep(sim.load_seconds / 2)
+        split = sim.startup_split
+        began = time.monotonic()
+        log.info("Load weight begin. avail mem=%.2f GB", sim.gpu_memory_gib)
+        await asyncio.sleep(sim.load_seconds * split.get("weights", 1.0) / 2)
         init_model(args)
-        await asyncio.sleep(sim.load_seconds / 2)
-        load_weights(args, sim)
+        await asyncio.sleep(sim.load_seconds * split.get("weights", 1.0) / 2)
+        per_gpu = load_weights(args, sim)
+        log.info("Load weight end. elapsed=%.2f s, mem usage=%.2f GB.", time.monotonic() - began, per_gpu)
+        await asyncio.sleep(sim.load_seconds * split.get("kv_cache", 0.0))
+        log.info("Memory pool end. avail mem=%.2f GB", sim.gpu_memory_gib * 0.1)
+        if not getattr(args, "disable_cuda_graph", False):
+            captured = time.monotonic()
+            log.info("Capture target decode CUDA graph begin. This can take up to several minutes.")
+            await asyncio.sleep(sim.load_seconds * split.get("graphs", 0.0))
+            log.info("Capture target decode CUDA graph end. elapsed=%.2f s, mem usage=0.50 GB.", time.monotonic() - captured)
         if node is not None:
             await node.loaded()
             if node.rank > 0:
@@ -115,7 +126,8 @@ async def serve(args: object, sim: simulation.Simulation) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
+    # To stderr, as SGLang's own basicConfig: line by line into the journal, each line stamped when logged.
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stderr)
     argv = with_config_file(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)  # exits 2 like SGLang on a bad flag
     if not args.model_path:

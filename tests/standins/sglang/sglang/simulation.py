@@ -25,6 +25,10 @@ class Simulation:
     # Another model on the same box (several servers on one machine): its weights by --model-path.
     weights_gib_by_model: dict[str, float] = field(default_factory=dict)
     load_seconds: float = 1.0
+    # How the load splits into SGLang's startup phases, as fractions of load_seconds, each ended by the line the
+    # real server logs (weights, KV cache, CUDA graphs; --disable-cuda-graph skips the capture). A large MoE
+    # on the field notes' box: weights about half, graph capture about 3.5 of 7.5 minutes.
+    startup_split: dict[str, float] = field(default_factory=lambda: {"weights": 0.5, "kv_cache": 0.05, "graphs": 0.45})
     prefill_ms: float = 20.0
     # Inter-token time of one request = itl_ms[layout key or "default"] + itl_slope_ms x running requests,
     # but never shorter than running / peak_tok_s[layout key or "default"] (the box's decode roofline:
