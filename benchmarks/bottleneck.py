@@ -1,6 +1,8 @@
 """What held a level back, named by plain rules from its figures, with the evidence. Pure.
 
 The rules, first that holds wins (docs/benchmarks.md, "What held each level back"):
+0. communication hang: the level ended because no token came with requests open (--stall-timeout); the
+   known workarounds on PCIe boxes (FIELD-NOTES.md) are named, to add as search axes.
 1. load generator: its busiest process used more than 70% of a core (levels.CLIENT_BOUND_CPU); the
    server's figures then say little, so this comes first.
 2. KV cache full: SGLang's token usage peaked at 0.95 or more and it retracted requests.
@@ -89,6 +91,24 @@ def bottleneck(level: Mapping[str, Any], *, link_mb_s: float | None = None, runn
     return {"name": "not identified", "evidence": "no rule held: " + ", ".join(seen)}
 
 
+# What fixed such hangs on the field notes' kind of box (8 PCIe cards without NVLink; SGLang and NCCL issues):
+# peer-to-peer and cuMem off, and on one topology SGLang's custom all-reduce off.
+HANG_WORKAROUNDS = (
+    "--grid env.NCCL_P2P_DISABLE=1",
+    "--grid env.NCCL_CUMEM_ENABLE=0",
+    "--grid disable-custom-all-reduce=true",
+)
+
+
+def hang(level: Mapping[str, Any]) -> dict[str, str]:
+    """The verdict on a level that ended as a hang, with the known workarounds as search axes."""
+    return {
+        "name": "communication hang",
+        "evidence": f"{level.get('error') or 'no token with requests open'}; known workarounds on PCIe boxes, to try as"
+        f" axes: {', '.join(HANG_WORKAROUNDS)}",
+    }
+
+
 def running_cap(server: Mapping[str, Any]) -> int | None:
     """max-running-requests from the server's description: /server_info's arguments, or its command line."""
     args = server.get("server_args") or {}
@@ -106,7 +126,9 @@ def attach(levels: list[dict[str, Any]], server: Mapping[str, Any]) -> None:
     """Name each measured level's bottleneck (in place), with the link and the cap the server's description gives."""
     link, cap = gpu_telemetry.link_mb_s(server.get("gpus")), running_cap(server)
     for level in levels:
-        if level.get("status") != "failed":
+        if level.get("status") == "hung":
+            level["bottleneck"] = hang(level)
+        elif level.get("status") != "failed":
             level["bottleneck"] = bottleneck(level, link_mb_s=link, running_cap=cap)
 
 

@@ -395,7 +395,8 @@ def _repeated(workload: Workload, **where: Any) -> SweepResult:
     for repeat in range(workload.repeats):
         if workload.repeats > 1:
             print(f"repeat {repeat + 1} of {workload.repeats}", flush=True)
-        runs.append(run_sweep(workload, **where))
+        # After a hang nothing higher is measured: the server sends no token again (each level would wait it out).
+        runs.append(run_sweep(workload, **where, after_level=lambda level: level.get("status") != "hung"))
         if runs[-1].status == "interrupted":
             break
     if len(runs) == 1:

@@ -25,6 +25,9 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+STALLED = "stalled:"  # the locustfile's error for the requests open when it named a hang (watch_for_a_hang)
+
+
 def read_level(path: Path) -> tuple[list[RequestRecord], list[dict[str, float]]]:
     """The level's requests and the server's /metrics samples."""
     requests, samples = [], []
@@ -91,7 +94,10 @@ def summarize_level(
     figures = level_metrics(records, concurrency, goodput, arrival)
     figures["server_metrics"] = server_samples(samples, window(records))
     figures["loadgen"] = loadgen_usage(path)
-    if figures["completed"] == 0:
+    stalled = next((r.error for r in records if r.error.startswith(STALLED)), "")
+    if stalled:
+        status = "hung"  # the server stopped producing tokens with requests open: a verdict, not a failure to measure
+    elif figures["completed"] == 0:
         status = "failed"
     elif figures["completed"] < requested or figures["failed"]:
         status = "partial"
@@ -100,4 +106,6 @@ def summarize_level(
     figures["status"] = status
     if status == "failed":
         figures["error"] = (figures.get("errors") or ["no request completed"])[0]
+    if status == "hung":
+        figures["error"] = stalled
     return figures

@@ -106,6 +106,9 @@ def _options(parser: Any) -> None:
     group.add_argument("--bench-api-key", default="", env_var="BENCH_API_KEY", help="bearer token when the server has --api-key")
     group.add_argument("--bench-api-key-file", default="", help="read the bearer token from this file (kept off command lines)")
     group.add_argument("--bench-metrics-interval", type=float, default=1.0, help="seconds between /metrics samples; 0: off")
+    group.add_argument(
+        "--bench-stall-timeout", type=float, default=60.0, help="seconds without a token on any open stream: a hang"
+    )
     group.add_argument("--bench-prompts", default="", help="prompts as JSON lines {prompt, output_len} (benchmarks.dataset)")
     group.add_argument("--bench-prefix-groups", type=int, default=0, help="request i opens with group i mod G's shared prefix")
     group.add_argument("--bench-prefix-tokens", type=int, default=0, help="the length of each group's shared prefix")
@@ -136,6 +139,8 @@ class Level:
         # This process's CPU and wall clocks at its first request: how busy the load generator itself was.
         self.cpu_start: float | None = None
         self.wall_start = 0.0
+        self.last_end = 0.0  # when this process's last request ended
+        self.hung = False  # no token came for --bench-stall-timeout s with requests open (watch_for_a_hang)
 
     def phase(self, index: int, warmup: int, measured: int) -> str:
         # benchmarks.records.phase_of's rule: this file runs alone on the load generator, without the package.
@@ -434,6 +439,7 @@ class StreamingUser(FastHttpUser):
         finally:
             LEVEL.in_flight.pop(index, None)
             LEVEL.records.append(record)
+            LEVEL.last_end = time.monotonic()
         if record["ok"] and record["chunk_times"]:
             ttft_ms = (record["chunk_times"][0] - record["sent"]) * 1000
             self.environment.events.request.fire(
@@ -450,14 +456,44 @@ class StreamingUser(FastHttpUser):
             self.share_done()
 
     def share_done(self) -> None:
-        runner = self.environment.runner
-        if isinstance(runner, WorkerRunner):
-            if not LEVEL.reported_done:
-                LEVEL.reported_done = True
-                runner.send_message("bench_done", process_slot(self.environment)[1])  # load on until the master quits
-        elif not LEVEL.stopping:
-            LEVEL.stopping = True
-            gevent.spawn(runner.quit)
+        share_done(self.environment)
+
+
+def share_done(environment: Environment) -> None:
+    """This process's part of the level is over: a worker tells the master, which ends the level when all have."""
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        if not LEVEL.reported_done:
+            LEVEL.reported_done = True
+            runner.send_message("bench_done", process_slot(environment)[1])  # load on until the master quits
+    elif not LEVEL.stopping:
+        LEVEL.stopping = True
+        gevent.spawn(runner.quit)
+
+
+def watch_for_a_hang(environment: Environment) -> None:
+    """End the level as a hang when no stream got a token for --bench-stall-timeout s while requests were open.
+
+    Progress is the last chunk of any open stream, the last request that ended, or the level's first send: a
+    server that stops producing tokens with requests outstanding (an NCCL hang) is named in that time, not
+    after every request's own timeout."""
+    stall = environment.parsed_options.bench_stall_timeout
+    while not LEVEL.stopping:
+        gevent.sleep(min(1.0, stall / 4))
+        open_now = list(LEVEL.in_flight.values())
+        if not open_now or LEVEL.cpu_start is None:
+            continue
+        marks = [LEVEL.wall_start, LEVEL.last_end]
+        marks += [record["chunk_times"][-1] if record["chunk_times"] else record["sent"] for record in open_now]
+        quiet = time.monotonic() - max(marks)
+        if quiet < stall:
+            continue
+        said = f"stalled: no token from the server for {quiet:.0f} s with {len(open_now)} requests open"
+        for record in open_now:
+            record["error"] = said
+        LEVEL.hung = True
+        share_done(environment)
+        return
 
 
 def sample_metrics(environment: Environment) -> None:
@@ -504,6 +540,8 @@ def _start(environment: Environment, **_: Any) -> None:
     if isinstance(environment.runner, MasterRunner) and environment.parsed_options.bench_request_rate > 0:
         # A little ahead, so that every worker has the zero before its first arrival is due.
         environment.runner.send_message("bench_start_at", time.time() + 0.5)
+    if not isinstance(environment.runner, MasterRunner):  # where the users are: this process, or each worker
+        gevent.spawn(watch_for_a_hang, environment)
     # Sampled once per level: by the master of --processes N, never by its workers.
     if environment.parsed_options.bench_metrics_interval > 0 and not isinstance(environment.runner, WorkerRunner):
         gevent.spawn(sample_metrics, environment)

@@ -28,8 +28,8 @@ def level_table(levels: list[dict[str, Any]]) -> str:
     )
     rows = []
     for level in levels:
-        if level["status"] == "failed" and "decode_tok_s" not in level:
-            rows.append((level_name(level), "failed", f"0/{level.get('failed', 0)}", *["-"] * 10))
+        if level["status"] in ("failed", "hung") and "decode_tok_s" not in level:
+            rows.append((level_name(level), level["status"], f"0/{level.get('failed', 0)}", *["-"] * 10))
             continue
         server = (level.get("server_metrics") or {}).get("gen_throughput")
         rows.append(

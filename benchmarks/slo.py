@@ -63,6 +63,8 @@ def stop_reason(levels: Sequence[Mapping[str, Any]], *, knee: float, slo: Sequen
     if not levels:
         return ""
     last = levels[-1]
+    if last.get("status") == "hung":
+        return f"{level_name(last)} hung: {last.get('error') or 'no token with requests open'}"
     if not usable(last):
         return f"{level_name(last)} failed"
     broken = [bound.name for bound in slo if not bound.met(last)]

@@ -144,6 +144,8 @@ class Workload:
     min_requests: int = 16
     level_timeout: int = 600
     metrics_interval: float = 1.0
+    # Seconds without a token from the server, on any of the level's open streams, before the level is a hang.
+    stall_timeout: float = 60.0
     gpu_interval: int = 1  # seconds between nvidia-smi dmon samples on the server host (0: off; --server-host only)
     flush_cache: bool = False  # SGLang's /flush_cache before each level
     repeats: int = 1  # each level measured this many times; figures as means with 95% intervals
@@ -226,6 +228,13 @@ class Workload:
             type=bounded(1, 86_400),
             default=field_default("level_timeout"),
             help="seconds a level may run at most",
+        )
+        add(
+            "--stall-timeout",
+            type=bounded(1, 86_400, kind=float),
+            default=field_default("stall_timeout"),
+            help="seconds without a token on any open stream before the level ends as a hang (a verdict, not a"
+            " wait for every request's timeout; NCCL peer-to-peer can hang so on PCIe boxes)",
         )
         add(
             "--metrics-interval",
@@ -362,6 +371,7 @@ class Workload:
         "prefix_groups",
         "prefix_tokens",
         "metrics_interval",
+        "stall_timeout",
     )
 
     def locust_options(self) -> list[str]:

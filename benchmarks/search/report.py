@@ -192,12 +192,14 @@ def startup_lines(state: dict[str, Any]) -> list[str]:
 
 
 def held_back_lines(state: dict[str, Any]) -> list[str]:
-    """What held each measured candidate back at its peak level (benchmarks/bottleneck.py's rules)."""
-    return [
-        f"{e['name']} (C={e['held_back']['level']}): {e['held_back']['name']}: {e['held_back']['evidence']}"
-        for e in state["candidates"]
-        if e.get("held_back")
-    ]
+    """What held each measured candidate back at its peak level, and where one hung (benchmarks/bottleneck.py)."""
+    lines = []
+    for e in state["candidates"]:
+        if e.get("held_back"):
+            lines.append(f"{e['name']} (C={e['held_back']['level']}): {e['held_back']['name']}: {e['held_back']['evidence']}")
+        if e.get("hung"):
+            lines.append(f"{e['name']} (C={e['hung']['level']}): {e['hung'].get('name')}: {e['hung'].get('evidence')}")
+    return lines
 
 
 def text(state: dict[str, Any], entries: dict[str, Any]) -> str:

@@ -262,7 +262,10 @@ def _plan(options: SearchOptions) -> _Plan:
     digests = {c.name: declaration_hash(c.entry, shared) for c in candidates}
     # Fields added after searches were first stored count only when set: the ids (and so the resumability)
     # of searches begun before them stay the same. The search refuses open loop, so those never are.
-    later = {"request_rates": [], "burstiness": 1.0, "max_concurrency": 0, "dataset": "", "prefix_groups": 0, "prefix_tokens": 0}
+    later = {
+        **{"request_rates": [], "burstiness": 1.0, "max_concurrency": 0, "dataset": "", "prefix_groups": 0, "prefix_tokens": 0},
+        "stall_timeout": 60.0,
+    }
     workload = {k: v for k, v in vars(options.workload).items() if k not in later or v != later[k]}
     # What decides which levels a candidate gets measured at is part of the search's identity too.
     identity = {
@@ -782,6 +785,11 @@ def _measure(
         gpu_curve=_gpu_curve(levels),
     )
     entry["held_back"] = _held_back(levels, entry["scores"])
+    if hung := next((level for level in levels if level.get("status") == "hung"), None):
+        # Named, with what the GPUs did meanwhile; the next deploy stops it, and the search goes on.
+        entry["hung"] = {"level": hung.get("concurrency"), **(hung.get("bottleneck") or {})}
+        if figures := gpu_telemetry.headline(hung.get("gpus")):
+            entry["hung"]["gpus"] = figures
     if status == "interrupted":
         return "interrupted"
     entry["status"] = "measured" if usable else "failed_requests"

@@ -87,6 +87,32 @@ def test_a_server_that_returns_errors_gives_failed_levels_with_the_error(tmp_pat
     assert "HTTP 500" in done.stdout
 
 
+def test_a_server_that_hangs_under_load_ends_its_level_within_the_bound_and_is_named(tmp_path):
+    """Past 2 decoding requests the stand-in sends no token again (an NCCL hang): C=4 ends as a hang after the
+    stall bound (3 s here), long before its level timeout (60 s), named with the known workarounds; C=1 stands."""
+    with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 5.0}, hang_above={"default": 2}) as url:
+        began = time.monotonic()
+        done = bench(
+            "run", "--url", url, "--levels", "1,4,8", *FAST, "--stall-timeout", "3", "--results-dir", str(tmp_path / "r")
+        )
+        took = time.monotonic() - began
+    (run,) = stored(tmp_path / "r")
+    assert [level["status"] for level in run["levels"]] == ["ok", "hung"], done.stdout  # no C=8 after a hang
+    hung = run["levels"][1]
+    assert hung["error"].startswith("stalled: no token from the server for ") and "requests open" in hung["error"]
+    assert hung["bottleneck"]["name"] == "communication hang" and "NCCL_P2P_DISABLE=1" in hung["bottleneck"]["evidence"]
+    assert took < 45 and "communication hang" in done.stdout
+
+
+def test_a_knob_that_cures_the_hang_measures_every_level(tmp_path):
+    cure = [{"flag": "disable-custom-all-reduce", "value": True, "cures_hang": True}]
+    simulation = {"itl_ms": {"default": 5.0}, "hang_above": {"default": 2}, "effects": cure}
+    with serving_locally(tmp_path, "--disable-custom-all-reduce", load_seconds=0.1, **simulation) as url:
+        done = bench("run", "--url", url, "--levels", "1,4", *FAST, "--stall-timeout", "3", "--results-dir", str(tmp_path / "r"))
+    (run,) = stored(tmp_path / "r")
+    assert [level["status"] for level in run["levels"]] == ["ok", "ok"], done.stdout
+
+
 def test_an_interrupted_run_stops_everything_it_started_and_keeps_the_levels_done(tmp_path, private_tmp):
     with serving_locally(tmp_path, load_seconds=0.1, itl_ms={"default": 10.0}) as url:
         env = tool_env(PYTHONUNBUFFERED="1", TMPDIR=str(private_tmp))

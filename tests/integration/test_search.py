@@ -21,6 +21,7 @@ from benchmarks.search import stages
 from sglang_layout import candidates
 from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.gpu_host import GPU_HOST, true_aggregate_tok_s, true_decode_tok_s
+from tests.rehearsal.gpu_pair import changed_json
 
 # No exclusive turn: every figure here holds beside the other worker's load. Measured on 4 Dec 2026, three
 # searches: one beside test_benchmark_clock/cli/bottleneck, then two at once beside them (`-n 0`, the CPU 87%
@@ -239,3 +240,27 @@ def test_a_knob_that_does_nothing_is_not_adopted_the_plain_layout_wins_clearly_a
     assert state["serving_at_end"] == "ep4" == serving(provisioned)
     handed = done.stdout.split("the peak winner, ready for group_vars:")[1].split("serving now:")[0]
     assert "sglang_layouts:\n  ep4:\n" in handed and "NCCL_P2P_DISABLE" not in handed
+
+
+def test_a_layout_that_hangs_under_load_is_named_stopped_and_the_search_finishes_with_a_winner(provisioned, tmp_path):
+    """EP4 hangs past 16 decoding requests unless P2P is off (as on the field notes' kind of box): its C=64 level
+    ends after the stall bound, not the level timeout, named a communication hang with the known workarounds;
+    EP4 with NCCL_P2P_DISABLE=1 (the cure, and +20% at peak) is measured to the end and wins."""
+    simulation = provisioned.box.root / "etc" / "sglang-standin.json"
+    effects = [dict(e, cures_hang=True) if e.get("env") == "NCCL_P2P_DISABLE" else e for e in GPU_HOST["effects"]]
+    with changed_json(simulation, hang_above={"tp8-ep4-pp1-dp1": 16}, effects=effects):
+        # --top 2: hung at C=64, EP4's peak (at C=16) falls under EP8's, so the cure is tried on both layouts.
+        options = ("--layouts", "ep8,ep4", "--levels", "1,16,64", "--knee", "0.25", "--stall-timeout", "5", "--top", "2")
+        done = search(provisioned, tmp_path, *options, "--grid", "env.NCCL_P2P_DISABLE=1")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    state = the_manifest(tmp_path)
+    by_name = {entry["name"]: entry for entry in state["candidates"]}
+    hung = by_name["ep4"]
+    assert hung["status"] == "measured" and hung["levels_run"] == [1, 16, 64] and hung["stopped"].startswith("C=64 hung")
+    assert hung["hung"]["level"] == 64 and hung["hung"]["name"] == "communication hang"
+    assert "NCCL_P2P_DISABLE=1" in hung["hung"]["evidence"] and "communication hang" in done.stdout
+    assert hung["locust_s"] < 120  # three levels, the hung one ended by the 5 s stall bound (its timeout: 600 s)
+    cured = candidates.candidate_name("ep4", {"env.NCCL_P2P_DISABLE": "1"})
+    assert by_name[cured]["levels_run"] == [1, 16, 64] and "hung" not in by_name[cured]
+    assert state["winners"]["peak"]["name"] == cured and state["winners"]["peak"]["clear"]
+    assert serving(provisioned) == cured

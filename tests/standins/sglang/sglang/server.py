@@ -45,6 +45,11 @@ class Server:
         self.peak = sim.peak(*sizes)
         layout_key = "tp{}-ep{}-pp{}-dp{}".format(*sizes)
         self.effects = active_effects(sim.effects, args, os.environ, layout_key)  # the knobs this server runs with
+        # A hang (the simulation's hang_above, unless a knob it runs with cures it): once more requests than that
+        # decode at once, no token leaves the server again, for any request.
+        cured = any(effect.get("cures_hang") for effect in self.effects)
+        self.hangs_at = 0 if cured else int(sim.hang_above.get(layout_key, sim.hang_above.get("default", 0)))
+        self.hung = False
         cap = int(getattr(args, "max_running_requests", None) or sim.max_running_requests or 0)
         self.slots = asyncio.Semaphore(cap) if cap > 0 else None
         self.queued = 0
@@ -168,6 +173,10 @@ class Server:
                 delay = deadline - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if self.hangs_at and self.running > self.hangs_at:  # as an NCCL hang: no token for anyone, ever
+                    self.hung = True
+                if self.hung:
+                    await asyncio.Event().wait()
                 made += size
                 self.generated_total += size
                 now = time.monotonic()

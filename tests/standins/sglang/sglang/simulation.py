@@ -53,8 +53,12 @@ class Simulation:
     # while the server runs with that flag (or environment variable) at that value and more than C requests
     # decode (C 0 or absent: always). So a file can describe a box where an env value wins only at peak and a
     # flag at C=1, as the field's NCCL and scheduler settings did (FIELD-NOTES.md, "What others measured").
-    # An effect's optional "layouts" (keys as itl_ms's, tp8-ep8-pp1-dp1) limits it to those layouts.
+    # An effect's optional "layouts" (keys as itl_ms's, tp8-ep8-pp1-dp1) limits it to those layouts; one with
+    # "cures_hang": true keeps the server from hanging (hang_above) while it runs with that knob.
     effects: list[dict[str, Any]] = field(default_factory=list)
+    # A communication hang, per layout key or "default": once more requests than this decode at once, the server
+    # sends no token again (NCCL peer-to-peer on some PCIe boxes; FIELD-NOTES.md). 0 or absent: never.
+    hang_above: dict[str, int] = field(default_factory=dict)
     # Speculative decoding (the server started with --speculative-algorithm): each decode step emits the next
     # of these accepted lengths in turn (their mean is the acceptance length; 2.5 here), streamed as one
     # chunk of that many tokens, and a step takes the inter-token time x speculative_step_factor (verifying
