@@ -166,7 +166,8 @@ def _add_search(search: argparse.ArgumentParser) -> None:
         choices=list(objectives.OBJECTIVES),
         default="peak",
         help="what the winner left serving is best at: c1 (tok/s per request at C=1), peak (aggregate "
-        "tok/s), capacity (aggregate within --slo); every objective's winner is reported",
+        "tok/s), capacity (aggregate within --slo), goodput, tok_per_joule (tokens per joule of GPU energy, with "
+        "--gpu-interval); every objective's winner is reported",
     )
     search.add_argument(
         "--knee",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from benchmarks import gpu_telemetry
 from benchmarks.slo import Bound, bracket, usable, within
 
 OBJECTIVES = {
@@ -15,7 +16,19 @@ OBJECTIVES = {
     "peak": "peak aggregate tok/s",
     "capacity": "aggregate tok/s at the highest concurrency within the SLO",
     "goodput": "good tok/s (output of requests within every --goodput bound), best level",
+    "tok_per_joule": "output tokens per joule of GPU energy (aggregate tok/s over the GPUs' summed power), best level",
 }
+
+
+def asked(state_or_options: Mapping[str, Any]) -> dict[str, bool]:
+    """Which objectives a search gives figures for: capacity with --slo, goodput with --goodput, tokens per
+    joule with GPU telemetry (--gpu-interval above 0); c1 and peak always."""
+    workload = state_or_options.get("workload") or {}
+    return {
+        "capacity": bool(state_or_options.get("slo")),
+        "goodput": bool(workload.get("goodput")),
+        "tok_per_joule": float(workload.get("gpu_interval") or 0) > 0,
+    }
 
 
 def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[str, Any]:
@@ -25,6 +38,8 @@ def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[st
     peak = max(good, key=lambda level: level["aggregate_tok_s"], default=None)
     inside = [level for level in good if within(level, slo)] if slo else []
     capacity = max(inside, key=lambda level: level["concurrency"], default=None)
+    energy = [(level["aggregate_tok_s"] / power, level["concurrency"]) for level in good if (power := _power_w(level))]
+    most_per_joule = max(energy, default=None)
     with_goodput = [level for level in good if level.get("goodput")]
     best_good = max(with_goodput, key=lambda level: level["goodput"]["good_tok_s"], default=None)
     return {
@@ -39,7 +54,15 @@ def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[st
         "c1_ci": _ci(one, "decode_tok_s_p50"),
         "peak_ci": _ci(peak, "aggregate_tok_s"),
         "goodput_c": best_good["concurrency"] if best_good else None,
+        "tok_per_joule": round(most_per_joule[0], 4) if most_per_joule else None,
+        "tok_per_joule_c": most_per_joule[1] if most_per_joule else None,
     }
+
+
+def _power_w(level: Mapping[str, Any]) -> float:
+    """The GPUs' summed power during the level (each GPU's median, from nvidia-smi dmon), 0 without telemetry."""
+    figures = gpu_telemetry.headline(level.get("gpus"))
+    return float(figures["power_w"]) if figures and figures.get("power_w") else 0.0
 
 
 def _ci(level: Mapping[str, Any] | None, figure: str) -> list[float] | None:

@@ -137,7 +137,7 @@ EFFECT_HEADER = ("candidate", "layout", "values", "stage")
 
 
 def _objectives(state: dict[str, Any]) -> list[str]:
-    asked = {"capacity": bool(state.get("slo")), "goodput": bool(state["workload"].get("goodput"))}
+    asked = objectives.asked(state)
     return [objective for objective in objectives.OBJECTIVES if asked.get(objective, True)]
 
 
@@ -215,7 +215,7 @@ def text(state: dict[str, Any], entries: dict[str, Any]) -> str:
         lines += ["", "where each start went (SGLang's own log lines, from the unit's start):", *started]
     winners = state.get("winners") or {}
     lines.append("")
-    asked = {"capacity": bool(state.get("slo")), "goodput": bool(state["workload"].get("goodput"))}
+    asked = objectives.asked(state)
     for objective in objectives.OBJECTIVES:
         if objective in winners:
             lines.append("winner " + winners[objective]["sentence"])

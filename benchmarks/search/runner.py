@@ -583,7 +583,8 @@ def _dry_run_text(state: dict[str, Any], todo: list[dict[str, Any]], options: Se
 
 def search_policy(options: SearchOptions) -> policy.Policy:
     """The staged strategy's settings: every objective the search reports has its incumbent."""
-    reported = ["c1", "peak"] + (["capacity"] if options.slo else []) + (["goodput"] if options.workload.goodput else [])
+    asked = objectives.asked({"slo": options.slo, "workload": vars(options.workload)})
+    reported = [objective for objective in objectives.OBJECTIVES if asked.get(objective, True)]
     return policy.Policy(top=options.top, clear_margin=options.clear_margin, objectives=tuple(reported))
 
 

@@ -185,11 +185,26 @@ def test_scores_per_objective():
         "goodput_c": None,
         "c1_ci": None,
         "peak_ci": None,
+        "tok_per_joule": None,
+        "tok_per_joule_c": None,
     }
     levels[1]["goodput"] = {"good_tok_s": 850.0}
     levels[2]["goodput"] = {"good_tok_s": 300.0}  # more load, fewer requests within the bounds
     assert objectives.scores(levels, bounds)["goodput"] == 850.0 and objectives.scores(levels, bounds)["goodput_c"] == 16
     assert objectives.scores(levels[1:], [])["c1"] is None
+
+
+def test_tokens_per_joule_is_the_best_levels_aggregate_over_the_gpus_summed_power():
+    def gpus(*watts: float) -> dict:  # each GPU's median power over the level, as gpu_telemetry.summarize gives
+        return {"per_gpu": {str(i): {"sm": {"mean": 50.0}, "pwr": {"mean": w, "p50": w}} for i, w in enumerate(watts)}}
+
+    levels = [level(1, 65, per_request=65.0), level(16, 900), level(64, 960)]
+    levels[0]["gpus"], levels[1]["gpus"], levels[2]["gpus"] = gpus(100.0, 100.0), gpus(300.0, 300.0), gpus(600.0, 600.0)
+    scores = objectives.scores(levels, [])
+    assert (scores["tok_per_joule"], scores["tok_per_joule_c"]) == (1.5, 16)  # 900 / 600 W beats 960 / 1200 W
+    assert objectives.scores([*levels[:1], level(16, 900)], [])["tok_per_joule"] == 0.325  # no telemetry at C=16
+    asked = objectives.asked({"slo": [], "workload": {"gpu_interval": 1}})
+    assert asked == {"capacity": False, "goodput": False, "tok_per_joule": True}
 
 
 def entry(name: str, layout: str = "", overrides: dict | None = None, **scores: object) -> dict:
