@@ -129,7 +129,7 @@ def test_each_candidate_is_measured_on_the_stand_ins_clock(searched):
         assert entry["load_s"] >= GPU_HOST["load_seconds"]
         # Where the start went, from the server's own lines: weights, KV cache, graphs, ready, in that order.
         at = entry["startup"]
-        assert list(at) == ["weights_loaded", "kv_cache_sized", "graphs_captured", "ready"], entry["name"]
+        assert set(at) == {"weights_loaded", "kv_cache_sized", "graphs_captured", "ready"}, entry["name"]
         assert 0 < at["weights_loaded"] < at["kv_cache_sized"] < at["graphs_captured"] <= at["ready"] <= entry["load_s"] + 1
         # The stand-in nvidia-smi: each of the 8 GPUs 88% held (--mem-fraction-static 0.88), as SGLang reserves it.
         assert entry["gpu_used_mib"] == pytest.approx(8 * 0.88 * GPU_HOST["gpu_memory_gib"] * 1024, rel=0.01)
@@ -220,47 +220,49 @@ def test_running_the_same_search_again_launches_nothing(searched, provisioned):
     assert all(len(records(results, name)) == 1 for name in KEYS)
 
 
-def test_a_knob_that_does_nothing_is_not_adopted_the_plain_layout_wins_clearly_and_is_left_serving(provisioned, tmp_path):
-    """NCCL_P2P_DISABLE=0 changes nothing here (GPU_HOST's effects): for each objective the plain layout wins,
-    clear against the other layout, the noise-level knob said to tie; plain EP4 is what is left serving and
-    handed over for group_vars. The knobs that clearly help are kept in the search above."""
-    noop = {layout: candidates.candidate_name(layout, {"env.NCCL_P2P_DISABLE": "0"}) for layout in ("ep8", "ep4")}
-    done = search(provisioned, tmp_path, "--layouts", "ep8,ep4", "--levels", "1,64", "--grid", "env.NCCL_P2P_DISABLE=0")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
-    state = the_manifest(tmp_path)
-    assert {entry["name"]: entry["status"] for entry in state["candidates"]} == dict.fromkeys(
-        ["ep8", "ep4", *noop.values()], "measured"
-    )
-    for objective, layout, rival in (("c1", "ep8", "ep4"), ("peak", "ep4", "ep8")):
-        won = state["winners"][objective]
-        assert (won["name"], won["overrides"], won["clear"]) == (layout, {}, True), objective
-        assert won["runner_up"] in (rival, noop[rival]) and won["knobs"] == f"knobs: none beat plain {layout} beyond the noise"
-        assert [name for name, _ in won["tied"]] == [noop[layout]]
-    assert "knobs: none beat plain ep4 beyond the noise; tied within the noise: " in done.stdout
-    assert state["serving_at_end"] == "ep4" == serving(provisioned)
-    handed = done.stdout.split("the peak winner, ready for group_vars:")[1].split("serving now:")[0]
-    assert "sglang_layouts:\n  ep4:\n" in handed and "NCCL_P2P_DISABLE" not in handed
-
-
-def test_a_layout_that_hangs_under_load_is_named_stopped_and_the_search_finishes_with_a_winner(provisioned, tmp_path):
-    """EP4 hangs past 16 decoding requests unless P2P is off (as on the field notes' kind of box): its C=64 level
-    ends after the stall bound, not the level timeout, named a communication hang with the known workarounds;
-    EP4 with NCCL_P2P_DISABLE=1 (the cure, and +20% at peak) is measured to the end and wins."""
+def test_a_noise_level_knob_is_not_adopted_and_a_layout_that_hangs_is_named_and_the_search_goes_on(provisioned, tmp_path):
+    """One search, two of the box's realities (issues of a real PCIe box):
+    - NCCL_P2P_DISABLE=0 changes nothing here: the C=1 winner is plain EP8, clear against EP4, the value said to
+      tie; with --objective c1 plain EP8 is what is left serving and handed over for group_vars, with no knob;
+    - EP4 hangs past 16 decoding requests unless P2P is off (the field's workaround): its C=64 level ends after
+      the 5 s stall bound, not the 600 s level timeout, named a communication hang with the known workarounds,
+      and EP4 with NCCL_P2P_DISABLE=1 (the cure, and +20% at peak) is measured to the end and wins the peak.
+    --top 2: hung at C=64, EP4's peak (its C=1) falls under EP8's, so both layouts are varied."""
+    layouts = ("ep8", "ep4")
     simulation = provisioned.box.root / "etc" / "sglang-standin.json"
     effects = [dict(e, cures_hang=True) if e.get("env") == "NCCL_P2P_DISABLE" else e for e in GPU_HOST["effects"]]
+    options = ("--layouts", ",".join(layouts), "--levels", "1,64", "--stall-timeout", "5", "--top", "2", "--objective", "c1")
     with changed_json(simulation, hang_above={"tp8-ep4-pp1-dp1": 16}, effects=effects):
-        # --top 2: hung at C=64, EP4's peak (at C=16) falls under EP8's, so the cure is tried on both layouts.
-        options = ("--layouts", "ep8,ep4", "--levels", "1,16,64", "--knee", "0.25", "--stall-timeout", "5", "--top", "2")
-        done = search(provisioned, tmp_path, *options, "--grid", "env.NCCL_P2P_DISABLE=1")
+        done = search(provisioned, tmp_path, *options, "--grid", "env.NCCL_P2P_DISABLE=0,1")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     state = the_manifest(tmp_path)
     by_name = {entry["name"]: entry for entry in state["candidates"]}
-    hung = by_name["ep4"]
-    assert hung["status"] == "measured" and hung["levels_run"] == [1, 16, 64] and hung["stopped"].startswith("C=64 hung")
-    assert hung["hung"]["level"] == 64 and hung["hung"]["name"] == "communication hang"
-    assert "NCCL_P2P_DISABLE=1" in hung["hung"]["evidence"] and "communication hang" in done.stdout
-    assert hung["locust_s"] < 120  # three levels, the hung one ended by the 5 s stall bound (its timeout: 600 s)
-    cured = candidates.candidate_name("ep4", {"env.NCCL_P2P_DISABLE": "1"})
-    assert by_name[cured]["levels_run"] == [1, 16, 64] and "hung" not in by_name[cured]
-    assert state["winners"]["peak"]["name"] == cured and state["winners"]["peak"]["clear"]
-    assert serving(provisioned) == cured
+    noop, cured = (
+        {layout: candidates.candidate_name(layout, {"env.NCCL_P2P_DISABLE": v}) for layout in ("ep8", "ep4")} for v in "01"
+    )
+    assert {name for name, entry in by_name.items() if entry["status"] == "measured"} == {
+        "ep8",
+        "ep4",
+        *noop.values(),
+        *cured.values(),
+    }
+
+    c1 = state["winners"]["c1"]
+    assert (c1["name"], c1["overrides"], c1["clear"]) == ("ep8", {}, True) and by_name[c1["runner_up"]]["layout"] == "ep4"
+    assert c1["knobs"] == "knobs: none beat plain ep8 beyond the noise"
+    assert {name for name, _ in c1["tied"]} == {noop["ep8"], cured["ep8"]}  # neither value does anything on EP8
+    assert "knobs: none beat plain ep8 beyond the noise; tied within the noise: " in done.stdout
+    assert state["serving_at_end"] == "ep8" == serving(provisioned)
+    handed = done.stdout.split("the c1 winner, ready for group_vars:")[1].split("serving now:")[0]
+    assert "sglang_layouts:\n  ep8:\n" in handed and "NCCL_P2P_DISABLE" not in handed
+
+    for name in ("ep4", noop["ep4"]):  # P2P on: hung at C=64
+        hung = by_name[name]
+        assert hung["levels_run"] == [1, 64] and hung["stopped"].startswith("C=64 hung"), name
+        assert hung["hung"]["level"] == 64 and hung["hung"]["name"] == "communication hang"
+        assert "NCCL_P2P_DISABLE=1" in hung["hung"]["evidence"]
+        assert hung["locust_s"] < 120  # the hung level ended by the 5 s stall bound
+    assert "communication hang" in done.stdout
+    assert by_name[cured["ep4"]]["levels_run"] == [1, 64] and "hung" not in by_name[cured["ep4"]]
+    peak = state["winners"]["peak"]
+    assert peak["name"] == cured["ep4"] and peak["clear"] and "over plain ep4 (clear)" in peak["knobs"]
