@@ -1,5 +1,5 @@
-"""Search candidates: declared layouts crossed with a grid of server flags, environment values and speculative
-drafts (`draft=NAME,none`) (pure).
+"""Search candidates: declared layouts crossed with a grid of server flags, environment values, speculative
+drafts (`draft=NAME,none`) and host settings (`host.power_limit=300,450,none`) (pure).
 
 A candidate is an ordinary layout entry (the declared one with the grid's values merged into its
 args, and an `env.NAME` axis's into its env), so every rule of the declaration and of preflight
@@ -27,6 +27,9 @@ _FLAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _ENV_AXIS = re.compile(r"env\.[A-Za-z_][A-Za-z0-9_]*")
 ENV_PREFIX = "env."
 DRAFT_AXIS = "draft"  # a speculative draft by its declared name (sglang_draft_models); none: without one
+# Host settings a candidate's unit applies as it starts (host.NAME=V1,V2), each a layout field of that name.
+HOST_PREFIX = "host."
+HOST_AXES = {"host.power_limit": "power_limit"}  # GPU power limit in watts, nvidia-smi -pl
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 MAX_GRID_VALUES = 64
@@ -45,10 +48,11 @@ class Candidate:
         """`ep8` or `ep8 + max-running-requests=64, num-continuous-decode-steps=8`."""
         if not self.overrides:
             return self.layout
-        return f"{self.layout} + " + ", ".join(f"{key}={_text(value)}" for key, value in self.overrides.items())
+        return f"{self.layout} + " + ", ".join(f"{key}={value_text(value)}" for key, value in self.overrides.items())
 
 
-def _text(value: GridValue) -> str:
+def value_text(value: GridValue) -> str:
+    """A grid value as the user writes it: `drop` for none (no flag, no draft, the host's own setting)."""
     return "drop" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -76,7 +80,10 @@ def parse_grid(spec: str) -> tuple[str, tuple[GridValue, ...]]:
         "or env.VARIABLE=V1,V2 for the environment, e.g. --grid env.NCCL_P2P_DISABLE=0,1"
     )
     environment = name.startswith(ENV_PREFIX)
-    if not sep or not (_ENV_AXIS if environment else _FLAG).fullmatch(name):
+    if name.startswith(HOST_PREFIX) and name not in HOST_AXES:
+        known = ", ".join(HOST_AXES)
+        raise DeclarationError("--grid", spec, "not a host setting", f"use one of {known}, e.g. --grid host.power_limit=300,none")
+    if not sep or (name not in HOST_AXES and not (_ENV_AXIS if environment else _FLAG).fullmatch(name)):
         raise DeclarationError("--grid", spec, "not a flag or env.VARIABLE name followed by '=' and values", fix)
     parts = [part.strip() for part in values.split(",")]
     if any(part == "" for part in parts):
@@ -132,7 +139,9 @@ def expand(
             entry = copy.deepcopy(layouts[layout]) if isinstance(layouts[layout], Mapping) else layouts[layout]
             name = candidate_name(layout, overrides)
             if overrides and isinstance(entry, dict):
-                flags_over = {k: v for k, v in overrides.items() if not k.startswith(ENV_PREFIX) and k != DRAFT_AXIS}
+                flags_over = {
+                    k: v for k, v in overrides.items() if not k.startswith(ENV_PREFIX) and k != DRAFT_AXIS and k not in HOST_AXES
+                }
                 env_over = {k.removeprefix(ENV_PREFIX): v for k, v in overrides.items() if k.startswith(ENV_PREFIX)}
                 if flags_over:
                     args = entry.get("args") if isinstance(entry.get("args"), Mapping) else {}
@@ -140,12 +149,13 @@ def expand(
                 if env_over:
                     env = entry.get("env") if isinstance(entry.get("env"), Mapping) else {}
                     entry["env"] = {**env, **env_over}
-                if DRAFT_AXIS in overrides:
-                    entry[DRAFT_AXIS] = overrides[DRAFT_AXIS]
-                    if overrides[DRAFT_AXIS] is None:
-                        del entry[DRAFT_AXIS]
+                for axis, key in [(DRAFT_AXIS, DRAFT_AXIS), *HOST_AXES.items()]:
+                    if axis in overrides:  # None: without it (no draft, the host's own limit)
+                        entry[key] = overrides[axis]
+                        if overrides[axis] is None:
+                            del entry[key]
                 described = entry.get("description") or layout
-                entry["description"] = f"{described}; search: " + ", ".join(f"{k}={_text(v)}" for k, v in overrides.items())
+                entry["description"] = f"{described}; search: " + ", ".join(f"{k}={value_text(v)}" for k, v in overrides.items())
             if overrides and name in layouts:
                 raise DeclarationError(
                     f"sglang_layouts.{name}", name, "a declared layout has the name of a search candidate", "rename it"

@@ -29,6 +29,7 @@ class Facts:
     secrets_file: str | None = None  # where the unit's --config file of secrets is read from
     dist_init_port: int = defaults.DIST_INIT_PORT
     hardening: Mapping[str, Any] = field(default_factory=dict)  # sglang_service_hardening, parsed
+    gpu_power_range: tuple[float, float] | None = None  # the power limits nvidia-smi -pl accepts (W), if recorded
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,9 @@ def check_layout(layout: Layout, facts: Facts, estimate: tuple[ModelWeights | No
     )
     findings += check_exposure(layout, facts)
     findings += check_privileges(layout, facts)
+    findings += check_power_limit(layout, facts)
+    if layout.power_limit is not None and facts.gpu_power_range is None:
+        skipped.append("power limit range (needs the GPU record's power limits: run playbooks/provision.yml again)")
     findings += parallel.check_parallel(layout, facts.gpu_count, weights.routed_experts if weights else None)
     fit = None
     if weights is not None and facts.gpu_memory_gib:
@@ -142,6 +146,23 @@ def check_privileges(layout: Layout, facts: Facts) -> list[Finding]:
             "privileges", f"the server is granted {cap}: {why}", "drop it from hardening when the server starts without it"
         )
         for cap, why in hardening.granted(directives).items()
+    ]
+
+
+def check_power_limit(layout: Layout, facts: Facts) -> list[Finding]:
+    """A power limit the GPUs refuse would fail the unit's start: said before anything on the host changes."""
+    if layout.power_limit is None or facts.gpu_power_range is None:
+        return []
+    low, high = facts.gpu_power_range
+    if low <= layout.power_limit <= high:
+        return []
+    return [
+        Finding.error(
+            "power",
+            f"sglang_layouts.{layout.name}.power_limit = {layout.power_limit} W is outside what nvidia-smi -pl accepts"
+            f" on this host's GPUs ({low:g}-{high:g} W)",
+            f"choose a power_limit from {low:g} to {high:g} W, or drop it to keep the host's own",
+        )
     ]
 
 

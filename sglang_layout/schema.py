@@ -50,7 +50,9 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 NUMBER = re.compile(r"-[0-9][0-9.eE+-]*")
 PARALLEL_KEYS = ("tp", "ep", "pp", "dp")
-LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description", "hardening", "nnodes", "nodes", "draft"))
+LAYOUT_KEYS = frozenset((*PARALLEL_KEYS, "args", "env", "description", "hardening", "nnodes", "nodes", "draft", "power_limit"))
+# A GPU power limit in whole watts (nvidia-smi -pl); the host's own range is checked by preflight.
+MAX_POWER_LIMIT_W = 5000
 GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what Ansible accepts as a group name
 MAX_WIDTH = 1024  # per parallel size
 MAX_GPUS = 4096  # dp x tp x pp: bounds what is rendered (CUDA_VISIBLE_DEVICES) before any verdict
@@ -85,6 +87,7 @@ class Layout:
     nnodes: int = 1
     nodes: str = ""  # the inventory group whose hosts are the node ranks, in inventory order
     draft: str = ""  # the speculative draft model it names (sglang_layout.drafts); its flags are in args
+    power_limit: int | None = None  # watts per GPU, set when its unit starts and put back when it stops
 
     @property
     def gpus_used(self) -> int:
@@ -356,9 +359,13 @@ def parse_layout(
     draft = _draft(here, raw.get("draft"), drafts or {})
     if draft is not None:
         own = _with_draft(here, draft, own, flag_table)
+    power_limit = raw.get("power_limit")
+    if power_limit is not None:
+        power_limit = text.whole_number(f"{here}.power_limit", power_limit, low=1, high=MAX_POWER_LIMIT_W, example=450)
     return Layout(
         name=name,
         draft=draft.name if draft else "",
+        power_limit=power_limit,
         args=merge_args(_args("sglang_common_args", common_args, flag_table), own),
         env={**_env("sglang_common_env", common_env), **_env(f"{here}.env", raw.get("env"))},
         description=description,

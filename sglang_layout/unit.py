@@ -50,6 +50,15 @@ class UnitSpec:
     secrets_source: str | None = None  # the root-only file systemd hands over as a credential
     node: NodePlace | None = None  # this host's part of a multi-node layout
     health_url: str = ""  # /health_generate as the host reaches it (a wildcard bind address on loopback)
+    power_limit: int | None = None  # watts per GPU of the unit's CUDA_VISIBLE_DEVICES while it runs
+
+    @property
+    def power_lines(self) -> list[str]:
+        """The power limit set as the unit starts and, on every unit, put back as it stops however it stops (a
+        crash, a failed start, a stop): a layout's limit never outlives its server. Root (+), outside the sandbox."""
+        lines = [f"ExecStartPre=+{defaults.POWER_LIMIT_HELPER} set %n {self.power_limit}"] if self.power_limit else []
+        # "-": a limit that cannot be put back is said in the journal, not turned into a failed server.
+        return [*lines, f"ExecStopPost=-+{defaults.POWER_LIMIT_HELPER} restore %n"]
 
     @property
     def exec_start(self) -> str:
@@ -79,6 +88,9 @@ class UnitSpec:
             "nnodes": self.node.nnodes if self.node else 1,
             "dist_init_addr": self.node.dist_init_addr if self.node else "",
             "health_url": self.health_url,
+            "power_limit": self.power_limit,
+            "power_lines": self.power_lines,
+            "power_helper": defaults.POWER_LIMIT_HELPER,
         }
 
 
@@ -162,6 +174,7 @@ def unit_spec(
         secrets_source=secrets_source,
         node=node,
         health_url=defaults.local_url(host, port, "/health_generate"),
+        power_limit=layout.power_limit,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from benchmarks.search import stages
 from benchmarks.search.objectives import OBJECTIVES
 from benchmarks.search.stages import objective_of
+from sglang_layout.candidates import value_text
 
 Entry = Mapping[str, Any]
 
@@ -32,7 +33,7 @@ def gain(mine: Entry, theirs: Entry, objective: str, clear_margin: float) -> tup
 
 
 def knobs_text(overrides: Mapping[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in overrides.items())
+    return ", ".join(f"{key}={value_text(value)}" for key, value in overrides.items())
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from benchmarks.search import report as search_report
 from benchmarks.sweep import run_sweep
 from benchmarks.workload import Workload
 from sglang_layout import nodes, oracle, shapes
-from sglang_layout.candidates import Candidate, declaration_hash, expand
+from sglang_layout.candidates import HOST_AXES, Candidate, declaration_hash, expand
 from sglang_layout.drafts import parse_drafts
 from sglang_layout.errors import DeclarationError
 from sglang_layout.schema import parse_layouts
@@ -153,8 +153,11 @@ def _entry(
             "agrees_with_ours": bool(verdict.get("ok")) == bool(judged["accepted"]),
         }
         if judged.get("fingerprint"):  # the server SGLang resolves it to, with the environment it runs in
-            env = candidate.entry.get("env") if isinstance(candidate.entry, dict) else None
-            entry["server"] = declaration_hash({"args": judged["fingerprint"], "env": env or {}}, {})
+            declared = candidate.entry if isinstance(candidate.entry, dict) else {}
+            server = {"args": judged["fingerprint"], "env": declared.get("env") or {}}
+            # What the host sets for it is part of the server (only when set, so earlier searches' hashes hold).
+            server.update({key: declared[key] for key in HOST_AXES.values() if declared.get(key) is not None})
+            entry["server"] = declaration_hash(server, {})
     if not verdict.get("ok"):
         reasons = [
             f"{f.get('message', '')}" + (f". Fix: {f['fix']}" if f.get("fix") else "")

@@ -45,7 +45,13 @@ ARGUMENT_SPEC = {
     "install": {"type": "dict", "default": {}},
     "cuda_home": {"type": "str", "default": ""},
     "gpu_ids": {"type": "list", "elements": "int", "default": []},
+    # The lowest and highest power limit the host's GPUs accept (the GPU record), empty when not recorded.
+    "gpu_power_range": {"type": "list", "elements": "float", "default": []},
 }
+
+
+def _power_range(given: list[float]) -> tuple[float, float] | None:
+    return (float(given[0]), float(given[1])) if len(given) == 2 else None
 
 
 class ActionModule(ActionBase):
@@ -75,6 +81,7 @@ class ActionModule(ActionBase):
                 api_key_set=args["api_key_set"],
                 secrets_file=SECRETS_FILE_IN_UNIT if args["secrets"] else None,
                 hardening=overrides,
+                gpu_power_range=_power_range(args["gpu_power_range"]),
             )
             verdicts = check_all(layouts, facts)
             install = args["install"]

@@ -27,6 +27,12 @@ def sglang_gpu_record(query_output: str) -> dict[str, Any]:
         raise AnsibleFilterError(f"sglang_gpu_record: {exc}") from exc
 
 
+def sglang_gpu_power_range(record: dict[str, Any]) -> list[float]:
+    """The GPU record -> [lowest, highest] power limit every GPU accepts, [] when it has none."""
+    found = gpus.power_range(record or {})
+    return list(found) if found else []
+
+
 def sglang_gpu_description(record: dict[str, Any]) -> str:
     """The GPU record -> one line: count, name, memory, compute capability, PCIe link, driver."""
     return gpus.describe(record or {})
@@ -219,6 +225,7 @@ class FilterModule:
             "sglang_gpu_record": sglang_gpu_record,
             "sglang_unit_file": sglang_unit_file,
             "sglang_gpu_description": sglang_gpu_description,
+            "sglang_gpu_power_range": sglang_gpu_power_range,
             "sglang_flag_table": sglang_flag_table,
             "sglang_oracle_lines": sglang_oracle_lines,
             "sglang_oracle_refusal": sglang_oracle_refusal,

@@ -25,11 +25,22 @@ from tests.rehearsal.gpu_host import GPU_HOST, true_decode_tok_s
 from tests.rehearsal.playbook import REPO
 
 
-def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned, tmp_path, private_tmp):
+def power_limits(provisioned) -> list[str]:
+    """The box's GPU power limits as nvidia-smi reports them (the stand-in's, set with -pl)."""
+    query = provisioned.box.run("nvidia-smi", "--query-gpu=index,power.limit", "--format=csv,noheader,nounits")
+    return [line.split(",")[1].strip() for line in query.stdout.splitlines()]
+
+
+def test_a_killed_controller_costs_at_most_the_candidate_in_progress_and_its_power_limit_goes_back(
+    provisioned, tmp_path, private_tmp
+):
+    """The power axis under a SIGKILL: the limited candidate's unit holds its limit while it runs, and the resumed
+    search, leaving the original layout serving, puts the GPUs' own limit back."""
     provisioned.playbook("deploy.yml", "-e", "layout=tp8").succeeded()
+    assert power_limits(provisioned) == ["600.00"] * 8
     results = tmp_path / "results"
-    # Every grid point (--strategy grid): two candidates of one layout, no stages to wait for.
-    options = ("--layouts", "ep8", "--grid", "max-running-requests=8,64", "--strategy", "grid")
+    # Every grid point (--strategy grid): two candidates of one layout, the host's own limit and 300 W.
+    options = ("--layouts", "ep8", "--grid", "host.power_limit=none,300", "--strategy", "grid")
     options += ("--levels", "1,16", "--leave", "original")
     process = subprocess.Popen(
         benchmarks_argv(*search_args(provisioned, results, *options)),
@@ -40,14 +51,14 @@ def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned
     )
     deadline = time.monotonic() + 300
     first = ""
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not first:
         time.sleep(0.5)
         found = list(results.glob("*/searches/*.json"))
         statuses = [(e["name"], e["status"]) for e in json.loads(found[0].read_text())["candidates"]] if found else []
+        # Killed once the second candidate's unit has set its limit (ExecStartPre), before it is measured.
         if len(statuses) == 2 and statuses[0][1] == "measured" and statuses[1][1] == "running":
-            first = statuses[0][0]
-            break
-    assert first, "the search never got to its second candidate"
+            first = statuses[0][0] if power_limits(provisioned) == ["300.00"] * 8 else ""
+    assert first, "the search never got to its second candidate's start"
     # The controller dies with everything it started (as when its machine goes down): no clean-up runs.
     victims = [process.pid, *(child.pid for child in psutil.Process(process.pid).children(recursive=True))]
     for pid in victims:
@@ -63,13 +74,15 @@ def test_a_killed_controller_costs_at_most_the_candidate_in_progress(provisioned
     assert len(records(results, first)) == 1  # measured once, before the kill
     second = state["candidates"][1]["name"]
     assert len(records(results, second)) == 1
-    # max-running-requests 8 queues half of C=16: 8 x 65 = 519 tok/s; 64 lets all 16 run up to the 961 roofline.
-    peaks = {e["overrides"]["max-running-requests"]: e["scores"]["peak"] for e in state["candidates"]}
-    assert peaks[8] == pytest.approx(8 * true_decode_tok_s("tp8-ep8-pp1-dp1", 8), rel=0.04)
-    assert peaks[64] == pytest.approx(GPU_HOST["peak_tok_s"]["tp8-ep8-pp1-dp1"], rel=0.04)
-    deeper = next(e["name"] for e in state["candidates"] if e["overrides"]["max-running-requests"] == 64)
-    assert state["winners"]["peak"]["name"] == deeper
+    # The host's own limit lets all 16 run up to the 961 roofline; 300 W takes 29% off it above 4 requests.
+    peaks = {e["overrides"]["host.power_limit"]: e["scores"]["peak"] for e in state["candidates"]}
+    assert peaks[None] == pytest.approx(GPU_HOST["peak_tok_s"]["tp8-ep8-pp1-dp1"], rel=0.04)
+    limited = 16 * true_decode_tok_s("tp8-ep8-pp1-dp1", 16, knobs={"host.power_limit": 300})
+    assert peaks[300] == pytest.approx(limited, rel=0.04) and limited < 0.75 * peaks[None]
+    assert state["winners"]["peak"]["name"] == first
     assert state["original_layout"] == "tp8" and state["serving_at_end"] == "tp8" == serving(provisioned)
+    # tp8's unit sets no limit, and the candidate's, stopped, put the GPUs' own back.
+    assert power_limits(provisioned) == ["600.00"] * 8
 
 
 def test_a_candidate_that_fails_to_start_is_diagnosed_and_the_search_goes_on(provisioned, tmp_path):

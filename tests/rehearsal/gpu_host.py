@@ -33,8 +33,11 @@ GPU_HOST = {
     # Two knobs that pay here, each where it pays, as the field's did: 4 continuous decode steps shorten
     # EP8's inter-token time by a fifth (C=1 +25%, on the C=1 layout) and lift EP4's roofline 12%;
     # NCCL_P2P_DISABLE=1 lifts EP4's roofline 20% (the peak layout), only with more than 16 requests
-    # decoding (P2P off paid at high concurrency only). Every other value does nothing.
+    # decoding (P2P off paid at high concurrency only). A 300 W GPU power limit (600 W the default and most)
+    # takes 29% off every roofline above 4 requests and nothing below, as the field's 300 vs 500 W did.
+    # Every other value does nothing.
     "effects": [
+        {"host": "power_limit", "value": 300, "peak_factor": 0.71, "above": 4},
         {"flag": "num-continuous-decode-steps", "value": 4, "itl_factor": 0.8, "layouts": ["tp8-ep8-pp1-dp1"]},
         {"flag": "num-continuous-decode-steps", "value": 4, "peak_factor": 1.12, "layouts": ["tp8-ep4-pp1-dp1"]},
         {"env": "NCCL_P2P_DISABLE", "value": "1", "peak_factor": 1.2, "above": 16, "layouts": ["tp8-ep4-pp1-dp1"]},
@@ -54,12 +57,14 @@ def true_aggregate_tok_s(
 
 def true_decode_tok_s(layout_key: str, running: int, simulation: dict | None = None, knobs: dict | None = None) -> float:
     """The stand-in's per-request decode rate with `running` requests decoding: its clock, for test truths.
-    `knobs`: a search candidate's values (`flag` or `env.VARIABLE` -> value), for the simulation's effects."""
+    `knobs`: a search candidate's values (`flag`, `env.VARIABLE` or `host.SETTING` -> value), for the simulation's
+    effects."""
     sim = simulation or GPU_HOST
     itl_ms = sim["itl_ms"].get(layout_key, sim["itl_ms"]["default"])
     peak = sim.get("peak_tok_s", {}).get(layout_key, sim.get("peak_tok_s", {}).get("default"))
     for effect in sim.get("effects", []):
-        axis = effect["flag"] if "flag" in effect else f"env.{effect['env']}"
+        kind = next(kind for kind in ("flag", "env", "host") if kind in effect)
+        axis = effect["flag"] if kind == "flag" else f"{kind}.{effect[kind]}"
         if effect.get("layouts") and layout_key not in effect["layouts"]:
             continue
         if str((knobs or {}).get(axis)).lower() == str(effect["value"]).lower() and running > effect.get("above", 0):

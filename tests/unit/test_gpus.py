@@ -4,11 +4,12 @@ import time
 
 import pytest
 
-from sglang_layout.gpus import QUERY_FIELDS, describe, parse_gpu_query
+from sglang_layout.gpus import QUERY_FIELDS, describe, parse_gpu_query, power_range
 from tests.conftest import REPO
 from tests.unit.host_modules import host_helpers
 
-FIELD_BOX = "\n".join(f"{i}, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 97249, 580.95.05, 12.0, 5, 16" for i in range(8))
+FIELD_GPU = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 97249, 580.95.05, 12.0, 5, 16, 150.00, 600.00"
+FIELD_BOX = "\n".join(f"{i}, {FIELD_GPU}" for i in range(8))
 
 
 def test_the_field_box_reads_as_eight_gpus_of_about_95_gib():
@@ -20,11 +21,14 @@ def test_the_field_box_reads_as_eight_gpus_of_about_95_gib():
 
 def test_mixed_gpus_are_only_as_roomy_as_the_smallest():
     record = parse_gpu_query(
-        "0, NVIDIA H100 80GB HBM3, 81559, 580.65.06, 9.0, 5, 16\n1, NVIDIA A100-SXM4-40GB, 40960, 580.65.06, 8.0, 4, 16"
+        "0, NVIDIA H100 80GB HBM3, 81559, 580.65.06, 9.0, 5, 16, 200.00, 700.00\n"
+        "1, NVIDIA A100-SXM4-40GB, 40960, 580.65.06, 8.0, 4, 16, 100.00, 400.00"
     )
     assert record["memory_mib"] == 40960 and record["memory_gib"] == 40.0
     assert record["name"] == "NVIDIA A100-SXM4-40GB / NVIDIA H100 80GB HBM3"
     assert (record["compute_capability"], record["pcie_gen"], record["pcie_width"]) == ("8.0", 4, 16)
+    # A power limit is set on every GPU of a layout: only what all of them accept.
+    assert power_range(record) == (200.0, 400.0)
 
 
 def test_the_field_box_says_its_capability_and_link_and_an_unreported_link_is_said_unknown():
@@ -35,13 +39,16 @@ def test_the_field_box_says_its_capability_and_link_and_an_unreported_link_is_sa
         "driver 580.95.05"
     )
     # A GPU on an SXM board or behind a hypervisor may report no PCIe link: the record says None, not 0.
-    sxm = parse_gpu_query("0, NVIDIA B200, 183359, 580.95.05, 10.0, [N/A], [N/A]")
+    sxm = parse_gpu_query("0, NVIDIA B200, 183359, 580.95.05, 10.0, [N/A], [N/A], [N/A], [N/A]")
     assert (sxm["compute_capability"], sxm["pcie_gen"], sxm["pcie_width"]) == ("10.0", None, None)
     assert "compute capability 10.0, PCIe link not recorded" in describe(sxm)
+    assert (sxm["power_min_w"], sxm["power_max_w"], power_range(sxm)) == (None, None, None)
+    assert power_range(record) == (150.0, 600.0)
     # A record written before the capability was asked for (four fields) reads as not recorded.
     older = {key: value for key, value in record.items() if key not in ("compute_capability", "pcie_gen", "pcie_width")}
     assert "compute capability not recorded, PCIe link not recorded" in describe(older)
     assert describe({}) == "no GPU record"
+    assert power_range(older) == (150.0, 600.0) and power_range({"count": 8}) is None and power_range({}) is None
 
 
 def test_the_role_asks_nvidia_smi_for_the_fields_the_parser_reads():
@@ -53,9 +60,9 @@ def test_the_role_asks_nvidia_smi_for_the_fields_the_parser_reads():
     ("text", "message"),
     [
         ("", "listed no GPUs"),
-        ("0, NVIDIA H100, 81559, 580.65.06", "has 4 fields, expected 7"),
-        ("0, NVIDIA H100, [N/A], 580.65.06, 9.0, 5, 16", "is not index, name, MiB, driver"),
-        ("0, NVIDIA H100, 81559, 580.65.06, nine, 5, 16", "is not index, name, MiB, driver, compute capability"),
+        ("0, NVIDIA H100, 81559, 580.65.06", "has 4 fields, expected 9"),
+        ("0, NVIDIA H100, [N/A], 580.65.06, 9.0, 5, 16, 200, 700", "is not index, name, MiB, driver"),
+        ("0, NVIDIA H100, 81559, 580.65.06, nine, 5, 16, 200, 700", "is not index, name, MiB, driver, compute capability"),
     ],
 )
 def test_answers_that_are_not_a_gpu_list_are_refused_with_the_line(text, message):

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 
+from sglang_layout.gpus import QUERY_FIELDS, parse_gpu_query, power_range
+from tests.conftest import REPO
 from tests.rehearsal.gpu_host import GPU_HOST, read_simulation, true_aggregate_tok_s, true_decode_tok_s
 
 
@@ -37,3 +41,25 @@ def test_the_aggregate_truth_counts_the_prefill_before_each_first_token():
     expected = 64 * 32 / (0.020 + 31 * 64 / 396)
     assert true_aggregate_tok_s("tp1-ep1-pp8-dp1", 64, 32) == pytest.approx(expected)
     assert expected > 396  # a little above the roofline: first tokens do not wait for it
+
+
+@pytest.mark.parametrize(
+    ("capability", "gpu"), [("9.0", "NVIDIA H200"), ("12.0", "NVIDIA RTX PRO 6000 Blackwell Server Edition")]
+)
+def test_a_simulation_sets_the_compute_capability_the_stand_in_nvidia_smi_reports(tmp_path, capability, gpu):
+    """An H200 box (9.0) rehearses as well as the field notes' (12.0): the stand-in reads it from the simulation,
+    which accepts the field, and the GPU record preflight reads says it."""
+    path = tmp_path / "sim.json"
+    path.write_text(json.dumps({**GPU_HOST, "gpu_name": gpu, "gpu_compute_cap": capability}))
+    assert read_simulation(path)["gpu_compute_cap"] == capability
+    query = ["--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"]
+    answer = subprocess.run(
+        [str(REPO / "tests" / "standins" / "nvidia-smi" / "nvidia-smi"), *query],
+        env={**os.environ, "SGLANG_STANDIN_CONFIG": str(path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    record = parse_gpu_query(answer.stdout)
+    assert (record["count"], record["name"], record["compute_capability"]) == (8, gpu, capability)
+    assert power_range(record) == (150.0, 600.0)

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from sglang import __version__
-from sglang.simulation import Simulation, active_effects, factor
+from sglang.simulation import Simulation, active_effects, factor, host_settings
 
 TOKEN = " tok"
 # SGLang's open paths; /standin/load (STAND-IN only, counts and no secret) is what its nvidia-smi reads.
@@ -44,7 +44,11 @@ class Server:
         self.base_itl = sim.base_itl_ms(*sizes) / 1000.0
         self.peak = sim.peak(*sizes)
         layout_key = "tp{}-ep{}-pp{}-dp{}".format(*sizes)
-        self.effects = active_effects(sim.effects, args, os.environ, layout_key)  # the knobs this server runs with
+        # Its GPUs as the stand-in nvidia-smi counts them: CUDA_VISIBLE_DEVICES, else the first tp x pp x dp.
+        world = sizes[0] * sizes[2] * sizes[3]
+        visible = [int(part) for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip().isdigit()]
+        self.host = host_settings(sim, (visible or list(range(sim.gpu_count)))[:world])
+        self.effects = active_effects(sim.effects, args, os.environ, layout_key, self.host)  # the knobs it runs with
         # A hang (the simulation's hang_above, unless a knob it runs with cures it): once more requests than that
         # decode at once, no token leaves the server again, for any request.
         cured = any(effect.get("cures_hang") for effect in self.effects)

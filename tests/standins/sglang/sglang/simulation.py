@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_PATH = "/etc/sglang-standin.json"
+# The GPUs' power limits set with the stand-in `nvidia-smi -pl` (tests/standins/nvidia-smi: the same path),
+# {"GPU index": watts}; under /run, so a reboot forgets them as a real driver does.
+POWER_STATE = "/run/sglang-standin/power-limits.json"
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class Simulation:
     gpu_memory_gib: float = 95.0
     gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
     driver_version: str = "580.95.05"
+    gpu_compute_cap: str = "12.0"  # what the stand-in nvidia-smi reports (9.0 an H100/H200, 10.0 a B200)
     weights_gib: float = 10.0
     # Another model on the same box (several servers on one machine): its weights by --model-path.
     weights_gib_by_model: dict[str, float] = field(default_factory=dict)
@@ -54,7 +58,9 @@ class Simulation:
     # decode (C 0 or absent: always). So a file can describe a box where an env value wins only at peak and a
     # flag at C=1, as the field's NCCL and scheduler settings did (FIELD-NOTES.md, "What others measured").
     # An effect's optional "layouts" (keys as itl_ms's, tp8-ep8-pp1-dp1) limits it to those layouts; one with
-    # "cures_hang": true keeps the server from hanging (hang_above) while it runs with that knob.
+    # "cures_hang": true keeps the server from hanging (hang_above) while it runs with that knob. A host setting
+    # is a knob too: {"host": "power_limit", "value": 300, ...} holds while the server's GPUs are limited to 300 W
+    # (set with the stand-in nvidia-smi -pl before it starts, as a layout's power_limit does).
     effects: list[dict[str, Any]] = field(default_factory=list)
     # A communication hang, per layout key or "default": once more requests than this decode at once, the server
     # sends no token again (NCCL peer-to-peer on some PCIe boxes; FIELD-NOTES.md). 0 or absent: never.
@@ -76,7 +82,8 @@ class Simulation:
     # gpu_power_w; each GPU moves pcie_kb_per_token x tokens/s x (tp - 1) / tp each way (tensor parallelism's
     # all-reduces; tp 1 moves none). The other GPUs idle.
     gpu_sm_at_roofline: float = 99.0
-    gpu_power_w: float = 600.0
+    gpu_power_w: float = 600.0  # also the default and highest power limit (nvidia-smi's power.max_limit)
+    gpu_min_power_w: float = 150.0  # the lowest power limit nvidia-smi -pl accepts
     gpu_idle_power_w: float = 30.0
     pcie_kb_per_token: float = 64.0
     pcie_gen: int = 5
@@ -92,12 +99,22 @@ class Simulation:
 
 
 def active_effects(
-    effects: list[dict[str, Any]], args: object, environ: Mapping[str, str], layout_key: str = ""
+    effects: list[dict[str, Any]],
+    args: object,
+    environ: Mapping[str, str],
+    layout_key: str = "",
+    host: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """The effects whose flag or environment value this server runs with, on its layout (`tp8-ep8-pp1-dp1`)."""
+    """The effects whose flag, environment value or host setting (`host_settings`) this server runs with, on its
+    layout (`tp8-ep8-pp1-dp1`)."""
     found = []
     for effect in effects:
         if effect.get("layouts") and layout_key not in effect["layouts"]:
+            continue
+        if "host" in effect:
+            actual = (host or {}).get(str(effect["host"]))
+            if actual is not None and float(actual) == float(effect["value"]):
+                found.append(effect)
             continue
         if "flag" in effect:
             actual = getattr(args, str(effect["flag"]).replace("-", "_"), None)
@@ -106,6 +123,16 @@ def active_effects(
         if actual is not None and str(actual).lower() == str(effect["value"]).lower():
             found.append(effect)
     return found
+
+
+def host_settings(sim: Simulation, gpus: list[int], state: str = POWER_STATE) -> dict[str, float]:
+    """What the host sets for this server's GPUs: `power_limit`, the lowest of their limits (a GPU none was set
+    for has the default, gpu_power_w)."""
+    try:
+        known = json.loads(Path(os.environ.get("SGLANG_STANDIN_POWER_STATE", state)).read_text())
+    except (OSError, ValueError):
+        known = {}
+    return {"power_limit": min((float(known.get(str(gpu), sim.gpu_power_w)) for gpu in gpus), default=sim.gpu_power_w)}
 
 
 def factor(effects: list[dict[str, Any]], key: str, running: int) -> float:
