@@ -51,7 +51,8 @@ class Decision:
 
     def sentence(self) -> str:
         what = OBJECTIVES[self.objective]
-        head = f"{self.objective}: {self.name} ({what} {self.value:,.1f})"
+        shown = f"{self.value:,.1f}" if self.value >= 10 else f"{self.value:.3g}"  # tokens per joule are below 1
+        head = f"{self.objective}: {self.name} ({what} {shown})"
         if self.runner_up is None:
             layout = "the only layout measured"
         else:

@@ -85,21 +85,40 @@ def winner_entry(state: dict[str, Any], entries: dict[str, Any]) -> str:
     return yaml.safe_dump({"sglang_layouts": {best["name"]: entries[best["name"]]}}, sort_keys=False, width=120)
 
 
-def economy(state: dict[str, Any]) -> str:
-    """What the search spent and saved: launches, levels, wall time, its own overhead per candidate."""
+def counts(state: dict[str, Any]) -> dict[str, int]:
+    """What the search spent: launches, refusals, twins never launched, candidates left out by the budget, levels
+    measured of those planned (kept in the manifest as `launches`, said by `economy`)."""
     entries = state["candidates"]
     launched = [e for e in entries if e["status"] not in ("refused", "pending", "skipped") and not e.get("same_server_as")]
-    refused = sum(1 for e in entries if e["status"] == "refused")
-    twins = sum(1 for e in entries if e.get("same_server_as"))
-    over = sum(1 for e in entries if e["status"] == "skipped" and "--budget" in " ".join(e.get("reasons") or []))
-    ran = sum(len(e.get("levels_run") or []) for e in launched)
-    planned = len(state["workload"]["levels"]) * len(launched)
+    return {
+        "launched": len(launched),
+        "refused": sum(1 for e in entries if e["status"] == "refused"),
+        "same_server": sum(1 for e in entries if e.get("same_server_as")),
+        "over_budget": sum(1 for e in entries if e["status"] == "skipped" and "--budget" in " ".join(e.get("reasons") or [])),
+        "levels_measured": sum(len(e.get("levels_run") or []) for e in launched),
+        "levels_planned": len(state["workload"]["levels"]) * len(launched),
+        "full_grid": int(state.get("full_grid") or 0),
+    }
+
+
+def effects(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each knob did against its layout's base, for the objectives reported (kept in the manifest)."""
+    return stages.effects(state["candidates"], _objectives(state))
+
+
+def economy(state: dict[str, Any]) -> str:
+    """What the search spent and saved: launches, levels, wall time, its own overhead per candidate."""
+    spent = counts(state)
+    launched = [
+        e for e in state["candidates"] if e["status"] not in ("refused", "pending", "skipped") and not e.get("same_server_as")
+    ]
+    twins, over = spent["same_server"], spent["over_budget"]
     overheads = [e["overhead_s"] for e in launched if e.get("overhead_s") is not None]
     parts = [
-        f"{len(launched)} launched, {refused} refused by preflight (never launched)"
+        f"{spent['launched']} launched, {spent['refused']} refused by preflight (never launched)"
         + (f", {twins} the same server as one measured (never launched)" if twins else "")
         + (f", {over} left out by the --budget (listed above; the same command resumes them)" if over else ""),
-        f"{ran} of {planned} levels measured (the rest skipped past the knee or the SLO)",
+        f"{spent['levels_measured']} of {spent['levels_planned']} levels measured (the rest skipped past the knee or the SLO)",
     ]
     if state.get("strategy") == "staged":
         parts.append(f"staged: {len(launched)} launches where the full grid has {state.get('full_grid', '?')} candidates")
@@ -112,25 +131,46 @@ def economy(state: dict[str, Any]) -> str:
 
 def sglang_lines(state: dict[str, Any], per_candidate: int = 6, plain_listed: int = 8) -> list[str]:
     """The installed SGLang's own verdict per candidate: what it will really run, and where it and ours differ.
-    Candidates it takes as written, where ours agree, are summed up in one line (a staged search has many)."""
-    out, plain = [], []
+
+    Candidates it takes as written, where ours agree, are summed up in one line (a staged search has many); so
+    are those ours refuse for what fails only at load (sglang_layout.oracle.AT_LOAD_RULES), which its argument
+    checks cannot see; a real disagreement is one line per layout and verdict, however many grid points share it.
+    """
+    rewritten, plain, at_load = [], [], {}
+    disagreeing: dict[tuple[str, str], list[str]] = {}
     for entry in state["candidates"]:
         said = entry.get("sglang")
         if not said:
+            continue
+        if said["accepted"] and said["agrees_with_ours"] and entry.get("status") == "refused":
+            at_load.setdefault(entry["layout"], []).append(entry["name"])
             continue
         if said["accepted"] and said["agrees_with_ours"] and not said["resolved"]:
             plain.append(entry["name"])
             continue
         verdict = "accepts" if said["accepted"] else f"refuses ({said['refusal']})"
-        differ = "" if said["agrees_with_ours"] else "; our rules judged it otherwise (rule for review)"
-        out.append(f"{entry['name']}: SGLang {said['version']} {verdict}{differ}")
-        out += [f"  {line}" for line in said["resolved"][:per_candidate]]
+        if not said["agrees_with_ours"]:
+            disagreeing.setdefault((entry["layout"], f"SGLang {said['version']} {verdict}"), []).append(entry["name"])
+            continue
+        rewritten.append(f"{entry['name']}: SGLang {said['version']} {verdict}")
+        rewritten += [f"  {line}" for line in said["resolved"][:per_candidate]]
         if len(said["resolved"]) > per_candidate:
-            out.append(f"  ... and {len(said['resolved']) - per_candidate} more")
+            rewritten.append(f"  ... and {len(said['resolved']) - per_candidate} more")
+    out = []
+    for (layout, verdict), names in disagreeing.items():
+        which = names[0] if len(names) == 1 else f"{layout} ({len(names)} candidates: {_listed(names, plain_listed)})"
+        out.append(f"{which}: {verdict}; our rules judged it otherwise (rule for review)")
+    out += rewritten
+    if at_load:
+        grouped = ", ".join(f"{layout} ({len(names)})" if len(names) > 1 else names[0] for layout, names in at_load.items())
+        out.append(f"refused by our rules for a failure at load, which SGLang's argument checks do not reach: {grouped}")
     if plain:
-        names = ", ".join(plain[:plain_listed]) + (f" and {len(plain) - plain_listed} more" if len(plain) > plain_listed else "")
-        out.append(f"taken as written, as ours judged them: {names}")
+        out.append(f"taken as written, as ours judged them: {_listed(plain, plain_listed)}")
     return out
+
+
+def _listed(names: list[str], shown: int) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 EFFECT_HEADER = ("candidate", "layout", "values", "stage")
@@ -159,7 +199,7 @@ def effect_rows(state: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     wanted = _objectives(state)
     header = [*EFFECT_HEADER, *(f"{objective} change" for objective in wanted), "kept"]
     out = []
-    for row in stages.effects(state["candidates"], wanted):
+    for row in effects(state):
         values = ", ".join(f"{axis}={value}" for axis, value in row["values"].items())
         changes = [_change(row["objectives"][objective]) for objective in wanted]
         out.append([row["name"], row["layout"], values, str(row["stage"] or "-"), *changes, "yes" if row["kept"] else "no"])

@@ -150,7 +150,7 @@ def _entry(
             "accepted": judged["accepted"],
             "refusal": oracle.refusal_text(judged["refusal"]) if judged.get("refusal") else "",
             "resolved": oracle.rewrites(judged),
-            "agrees_with_ours": bool(verdict.get("ok")) == bool(judged["accepted"]),
+            "agrees_with_ours": oracle.agrees(verdict, bool(judged["accepted"])),
         }
         if judged.get("fingerprint"):  # the server SGLang resolves it to, with the environment it runs in
             declared = candidate.entry if isinstance(candidate.entry, dict) else {}
@@ -220,6 +220,8 @@ def run_search(options: SearchOptions, *, say: Callable[[str], None] = print) ->
     if options.staged and not interrupted:
         interrupted = _later_stages(launcher, say)
     state["winners"] = _winners(state, options)
+    # What the report prints, in the manifest too: a reader of the JSON need not recompute it.
+    state["effects"], state["launches"] = search_report.effects(state), search_report.counts(state)
     if interrupted:
         manifest.save(state, plan.path)
         say(f"search interrupted: finished candidates are kept. Resume with the same command (or --resume {plan.identifier}).")

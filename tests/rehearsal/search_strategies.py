@@ -1,6 +1,10 @@
 """`python -m tests.rehearsal.search_strategies`: the staged search against the full grid, once each, on one
 provisioned rehearsal box (a benchmark, not a test; docs/search.md has its figures).
 
+`--example` instead runs the one search whose report docs/search.md shows: EP8 and EP4 on a box where EP4
+hangs above 16 requests unless NCCL peer-to-peer is off, with the power limit as an axis and GPU telemetry,
+so the report has startup phases, a hang and tokens per joule.
+
 The simulated box is the field notes' (tests/rehearsal/gpu_host.py) with its two knobs that pay: 4
 continuous decode steps (inter-token time x 0.8, roofline x 1.12) and NCCL_P2P_DISABLE=1 (roofline x 1.2
 above C=16). Both searches get the same layouts, axes and workload; the script prints each one's
@@ -52,15 +56,46 @@ def searched(box: boxes.Box, inventory: Path, results: Path, strategy: str) -> t
     return json.loads(path.read_text()), wall
 
 
-def main() -> int:
+EXAMPLE_AXES = ("--grid", "env.NCCL_P2P_DISABLE=0,1", "--grid", "host.power_limit=300,none")
+EXAMPLE_WORKLOAD = ("--levels", "1,16,64", "--output-tokens", "64", "--rounds", "3", "--min-requests", "8")
+EXAMPLE_WORKLOAD += ("--metrics-interval", "0", "--gpu-interval", "1", "--stall-timeout", "10", "--objective", "peak")
+
+
+def example_simulation() -> dict:
+    """The field notes' box where EP4 hangs above 16 requests (NCCL peer-to-peer), cured by NCCL_P2P_DISABLE=1."""
+    effects = [
+        {**effect, "cures_hang": True} if effect.get("env") == "NCCL_P2P_DISABLE" else effect
+        for effect in gpu_host.GPU_HOST["effects"]
+    ]
+    return {**gpu_host.GPU_HOST, "effects": effects, "hang_above": {"tp8-ep4-pp1-dp1": 16}}
+
+
+def example(box: boxes.Box, inventory: Path, results: Path) -> int:
+    done = benchmarks(
+        "search",
+        *on_box(box.name, inventory),
+        *("--layouts", "ep8,ep4", *EXAMPLE_AXES, *EXAMPLE_WORKLOAD, "--results-dir", str(results)),
+        timeout=3600,
+    )
+    print(done.stdout)
+    print(done.stderr[-3000:], file=sys.stderr)
+    return done.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
     stopping.stop_like_ctrl_c()
+    shown = "--example" in (sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory() as tmp, apt_repo.served(Path(tmp) / "repo") as repo, boxes.running_box() as box:
-        inventory = gpu_host.prepare(box, Path(tmp) / "inventory", repo.base_url, **gpu_host.serving_vars(boxes.free_port()))
+        simulation = example_simulation() if shown else None
+        serving = gpu_host.serving_vars(boxes.free_port())
+        inventory = gpu_host.prepare(box, Path(tmp) / "inventory", repo.base_url, simulation, **serving)
         provisioned = run_playbook("playbooks/provision.yml", inventory)
         if provisioned.returncode != 0:
             print(provisioned.output[-3000:])
             return 1
         run_playbook("deploy.yml", inventory, None, "-e", "layout=tp8").succeeded()
+        if shown:
+            return example(box, inventory, Path(tmp) / "example")
         figures = {}
         for strategy in ("staged", "grid"):
             manifest, wall = searched(box, inventory, Path(tmp) / strategy, strategy)

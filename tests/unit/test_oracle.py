@@ -111,6 +111,11 @@ def test_both_verdicts_side_by_side_with_each_disagreement_said_and_rewrites_bef
     where = "[sglang/srt/arg_groups/parallel_hook.py:267: raise ValueError(]"
     assert shown[5] == f"    SGLang: ValueError: --dcp-replicate-q-proj requires --dcp-size > 1. {where}"
     assert "tp2ep4: ours refused, SGLang accepts  <- disagree: SGLang's argument checks take it, our rules foresee" in shown[6]
+    # Refused by a rule that foresees a failure at load only (no weights, no model in SGLang's checks): no disagreement.
+    at_load = {**OURS, "tp2ep4": {"ok": False, "findings": [{"severity": "error", "rule": "moe-tp-width"}]}}
+    quiet = oracle.lines(at_load, REPORT)
+    assert "  tp2ep4: ours refused, SGLang accepts  (ours foresee a failure at load, which SGLang's argument checks" in quiet[6]
+    assert not any("tp2ep4" in line and "disagree" in line for line in quiet)
 
 
 def test_sglangs_warnings_are_shown_under_its_verdict():

@@ -431,3 +431,24 @@ def test_a_candidate_sglang_refuses_is_refused_with_its_words_and_what_it_rewrit
     assert lines[1:3] == ["ep4: SGLang 0.5.23 accepts", "  rewrites ep_size: 4 -> 8 (_a2a_ep_size)"]
     # The many taken as written, where ours agree, in one line.
     assert lines[3:] == ["taken as written, as ours judged them: " + ", ".join(f"tp8-{n}" for n in range(8)) + " and 2 more"]
+
+
+def test_what_ours_refuse_at_load_is_no_disagreement_and_a_real_one_is_one_line_per_layout():
+    """tp2ep4 refused by our memory/MoE rules, taken by SGLang's argument checks (which load no weights): one quiet
+    line however many grid points; a real disagreement over four grid points of one layout: one line."""
+    from benchmarks.search.runner import _entry
+    from sglang_layout.candidates import Candidate
+
+    names = [f"tp2ep4-g{n}" for n in range(4)] + [f"dcpq-g{n}" for n in range(4)]
+    report = {"sglang_version": "0.5.23", "candidates": [{"name": n, "accepted": True, "resolved": []} for n in names]}
+    at_load = {"ok": False, "findings": [{"severity": "error", "rule": "moe-tp-width"}, {"severity": "error", "rule": "memory"}]}
+    missed = {"ok": False, "findings": [{"severity": "error", "rule": "moe-dense-tp"}]}
+    entries = [_entry(Candidate(n, "tp2ep4"), "h", at_load, report) for n in names[:4]]
+    entries += [_entry(Candidate(n, "dcpq"), "h", missed, report) for n in names[4:]]
+    assert all(e["status"] == "refused" for e in entries)
+    assert [e["sglang"]["agrees_with_ours"] for e in entries] == [True] * 4 + [False] * 4
+    assert search_report.sglang_lines({"candidates": entries}) == [
+        "dcpq (4 candidates: dcpq-g0, dcpq-g1, dcpq-g2, dcpq-g3): SGLang 0.5.23 accepts; our rules judged it otherwise"
+        " (rule for review)",
+        "refused by our rules for a failure at load, which SGLang's argument checks do not reach: tp2ep4 (4)",
+    ]

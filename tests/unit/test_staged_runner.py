@@ -199,6 +199,13 @@ def test_a_candidate_sglang_resolves_to_a_measured_server_is_recorded_as_that_on
     base = next(e for e in state["candidates"] if e["name"] == "ep4")
     assert twin["scores"] == base["scores"] and twin["record"] == base["record"]
     assert fake.launched.count("ep4") == 1 and candidate_name("ep4", {"steps": 4}) in fake.launched
+    # The manifest keeps what the report prints: what each knob did, and the launches with the twin never made.
+    assert state["launches"]["launched"] == len(fake.launched) - 1  # the last is the winner left serving
+    twins = sum(1 for e in state["candidates"] if e.get("same_server_as"))
+    assert state["launches"]["same_server"] == twins >= 1 and state["launches"]["full_grid"] > state["launches"]["launched"]
+    rows = {row["name"]: row for row in state["effects"]}
+    assert rows[twin["name"]]["objectives"]["peak"]["change"] == 0.0 and rows[twin["name"]]["layout"] == "ep4"
+    assert search_report.effect_rows(state)[1]  # the report's table reads the same rows
 
 
 def test_a_budget_leaves_out_the_launches_that_cannot_fit_lists_them_and_still_names_winners(box, tmp_path):
