@@ -16,17 +16,17 @@ from typing import Any
 
 import yaml
 
-from benchmarks import bottleneck, dataset, gpu_telemetry, leftovers
+from benchmarks import bottleneck, dataset, gpu_telemetry, leftovers, seam
 from benchmarks.levels import summarize_level
 from benchmarks.processes import stop_process_tree
 from benchmarks.workload import Workload, level_name
 
 REPO = Path(__file__).resolve().parents[1]
-PLAYBOOK = REPO / "playbooks" / "benchmark.yml"
+PLAYBOOK = REPO / seam.BENCHMARK
 LOCUSTFILE = REPO / "benchmarks" / "locustfile.py"
-LEVEL_TASKS = "playbooks/tasks/benchmark_level.yml"  # its command tasks run Locust
+LEVEL_TASKS = seam.LEVEL_TASKS  # its command tasks run Locust
 LOCAL = ("localhost", "127.0.0.1")
-STOP_PLAYBOOK = REPO / "playbooks" / "benchmark_stop.yml"
+STOP_PLAYBOOK = REPO / seam.BENCHMARK_STOP
 STOP_TIMEOUT_S = 60
 
 
@@ -122,7 +122,7 @@ def _sweep(
         """The level's records are back: after_level's word, for the playbook's next level to read."""
         if after_level is None:
             return
-        reported = (data.get("res", {}).get("ansible_stats", {}).get("data", {}) or {}).get("bench_levels_run", {})
+        reported = (data.get("res", {}).get("ansible_stats", {}).get("data", {}) or {}).get(seam.LEVELS_RUN, {})
         for key, run in reported.items():
             if key in judged:
                 continue
@@ -192,8 +192,8 @@ def _sweep(
             if server_host or loadgen not in LOCAL:
                 stop_on_hosts(private, inventory, remote, envvars, progress)
     stats = _artifact_data(runner)
-    levels_run = stats.get("bench_levels_run", {})
-    server = stats.get("bench_server", {})
+    levels_run = stats.get(seam.LEVELS_RUN, {})
+    server = stats.get(seam.SERVER, {})
     levels = []
     for key in workload.level_keys():
         path = records_path(output_dir, key)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import seam
 from benchmarks.sweep import REPO, unsafe_vars_file
 
 # What the search reads from the declaration (besides the layouts), and what makes a candidate's server.
@@ -98,24 +99,24 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str 
         if event.get("event") != "runner_on_ok":
             return
         res = data.get("res", {})
-        if str(data.get("task_action", "")).endswith("sglang_preflight"):
+        if str(data.get("task_action", "")).endswith(seam.PREFLIGHT_ACTION):
             found["verdicts"] = res.get("verdicts", {})
             found["host_shape"] = res.get("host_shape") or {}
-        if str(data.get("task_action", "")).endswith("sglang_args_verdict"):
+        if str(data.get("task_action", "")).endswith(seam.VERDICT_ACTION):
             found["sglang"] = res.get("report") or {}
         facts = res.get("ansible_facts") or {}
-        if "sglang_service_serving" in facts:  # the role reads its own record (an instance's has its own name)
-            found["serving"] = str(facts["sglang_service_serving"] or "")
+        if seam.SERVING_FACT in facts:  # the role reads its own record (an instance's has its own name)
+            found["serving"] = str(facts[seam.SERVING_FACT] or "")
         if isinstance(facts.get("ansible_local"), dict):
             found["local"] = facts["ansible_local"]
-        if str(data.get("task_action", "")).endswith("sglang_read_files"):  # the model files, as the role read them
+        if str(data.get("task_action", "")).endswith(seam.READ_FILES_ACTION):  # the model files, as the role read them
             files = res.get("files") if isinstance(res.get("files"), dict) else {}
             for name in MODEL_FILES:
                 read = files.get(name) or {}
                 if read.get("exists"):
                     checksums[Path(str(read.get("path", name))).name] = str(read.get("checksum", "?"))
 
-    runner = _run("playbooks/preflight.yml", inventory, {"target": host, "sglang_layouts": layouts}, on_event)
+    runner = _run(seam.PREFLIGHT, inventory, {"target": host, "sglang_layouts": layouts}, on_event)
     if "verdicts" not in found:
         raise PlaybookError(f"preflight on {host} did not run: {_failure(events, f'the playbook ended {runner.status}')}")
     identity = _identity(found.get("local") or {}, checksums, version)
@@ -127,9 +128,9 @@ def preflight(inventory: Path, host: str, layouts: dict[str, Any], version: str 
 def _identity(local: dict[str, Any], checksums: dict[str, str], version: str) -> dict[str, str]:
     from sglang_layout.nodes import node_summary
 
-    installed = ((local.get("sglang_venv") or {}).get("versions") or {}).get(version) or {}
+    installed = ((local.get(seam.VENV_FACT) or {}).get("versions") or {}).get(version) or {}
     model = ", ".join(f"{name} sha1 {digest}" for name, digest in sorted(checksums.items()))
-    return node_summary(local.get("sglang_gpus") or {}, installed.get("installed_version") or version, model)
+    return node_summary(local.get(seam.GPUS_FACT) or {}, installed.get("installed_version") or version, model)
 
 
 @dataclass(frozen=True)
@@ -161,19 +162,19 @@ def deploy(
         events.append(event)
         action = str(event.get("event_data", {}).get("task_action", ""))
         # The load begins with the host-side swap's follow-up (one box) or the controller's health wait (nodes).
-        loading = action.endswith(("sglang_wait_healthy", "async_status"))
+        loading = action.endswith((seam.WAIT_ACTION, "async_status"))
         if event.get("event") == "playbook_on_task_start" and loading and not said:
             said.add("loading")
             phase("loading")
 
     variables = {"target": host, "layout": layout, "sglang_layouts": layouts}
-    runner = _run("deploy.yml", inventory, variables, on_event, cancel)
+    runner = _run(seam.DEPLOY, inventory, variables, on_event, cancel)
     stats: dict[str, Any] = {}
     for event in events:
         if event.get("event") == "playbook_on_stats":
             stats = event.get("event_data", {}).get("artifact_data") or {}
     # A layout over several nodes is deployed on all of them (host "a,b"); rank 0's swap says how it went.
-    swap = (stats.get("sglang_service_swaps") or {}).get(host.split(",")[0]) or {}
+    swap = (stats.get(seam.SWAPS) or {}).get(host.split(",")[0]) or {}
     if runner.status == "successful":
         load = swap.get("load_s")
         swapped = str(swap.get("swapped")).lower() == "true"

@@ -11,17 +11,15 @@ never through a role.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
-from tests.rehearsal import box as boxes
-from tests.rehearsal import real_server, real_sglang, standin, tiny_model
+from tests.rehearsal import real_box as real_boxes
+from tests.rehearsal import real_server
 from tests.rehearsal.bench import benchmarks, on_box
-from tests.rehearsal.playbook import run_playbook, write_inventory
+from tests.rehearsal.playbook import run_playbook
 from tests.rehearsal.standin import wait_http
 
-SHIM = "/opt/test-shim"
 LAYOUTS = {
     "cpu-a": {"tp": 1},
     "cpu-b": {"tp": 1, "args": {"max-running-requests": 8}},
@@ -32,42 +30,8 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
-    wheels, uv_wheels = real_sglang.wheelhouse(), real_sglang.uv_wheelhouse()
-    with boxes.running_box(binds={str(wheels): "/opt/real-wheelhouse", str(uv_wheels): "/opt/uv-wheelhouse"}) as box:
-        standin.make_gpu_host(box.root, gpu_count=1, gpu_memory_gib=16.0)  # nvidia-smi for the GPU record
-        model = box.root / "srv" / "models" / "tiny-llama"
-        shutil.copytree(tiny_model.build(real_python), model)
-        (model / "model.safetensors").chmod(0o600)  # as torch saves it: deploy must say so before loading
-        tiny_model.shim(box.root / SHIM.lstrip("/"))
-        port = boxes.free_port()
-        inventory = write_inventory(
-            box,
-            tmp_path_factory.mktemp("real-box"),
-            cuda_toolkit_repo_base_url=cuda_repo.base_url,
-            sglang_venv_find_links=["/opt/real-wheelhouse", "/opt/uv-wheelhouse"],
-            sglang_venv_no_index=True,
-            sglang_model_path="/srv/models/tiny-llama",
-            sglang_model_slug="tiny",
-            sglang_port=port,
-            sglang_bind_address="127.0.0.1",
-            # The scheduler waits for requests without spinning a core (tests/rehearsal/real_server.py).
-            sglang_common_args={"device": "cpu", "max-total-tokens": 65536, "sleep-on-idle": True},
-            sglang_common_env={},
-            sglang_layouts=LAYOUTS,
-            sglang_service_health_timeout=600,
-            sglang_service_health_interval=1,
-        )
-        provisioned = run_playbook("playbooks/provision.yml", inventory, timeout=1800)
-        assert provisioned.returncode == 0, provisioned.output[-4000:]
-        put_shim_on_the_venv_path(box)
-        yield box, inventory, port
-
-
-def put_shim_on_the_venv_path(box) -> None:
-    """TEST-ONLY: a .pth file in the provisioned venv's site-packages names the shim's folder."""
-    record = json.loads(box.run("sudo", "cat", "/etc/ansible/facts.d/sglang_venv.fact").stdout)["versions"]["0.5.23"]
-    purelib = box.run(record["python"], "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
-    (box.root / purelib.lstrip("/") / "test-shim.pth").write_text(SHIM + "\n")
+    with real_boxes.provisioned(real_python, cuda_repo.base_url, tmp_path_factory.mktemp("real-box"), LAYOUTS) as real:
+        yield real
 
 
 def deploy(real_box, layout: str, *options: str):

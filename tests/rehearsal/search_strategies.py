@@ -52,8 +52,12 @@ def searched(box: boxes.Box, inventory: Path, results: Path, strategy: str) -> t
     wall = time.monotonic() - began
     if done.returncode != 0:
         raise SystemExit(f"the {strategy} search failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+    return stored_manifest(results), wall
+
+
+def stored_manifest(results: Path) -> dict:
     (path,) = results.glob("*/searches/*.json")
-    return json.loads(path.read_text()), wall
+    return json.loads(path.read_text())
 
 
 EXAMPLE_AXES = ("--grid", "env.NCCL_P2P_DISABLE=0,1", "--grid", "host.power_limit=300,none")
