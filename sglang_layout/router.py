@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sglang_layout import defaults, hardening, text
+from sglang_layout.command import SECRETS_CREDENTIAL
 from sglang_layout.schema import MODEL_SLUG
 from sglang_layout.unit import systemd_word
 
@@ -30,7 +31,6 @@ POLICIES = ("cache_aware", "round_robin", "power_of_two", "random")
 # A worker is an http(s) base URL: scheme, host (name, IPv4 or [IPv6]) and port, nothing more (no flags).
 WORKER_URL = re.compile(r"https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
 # systemd hands the root-only secrets file to the unit under this name (LoadCredential=), as for the servers.
-SECRETS_CREDENTIAL = "sglang-secrets.yaml"
 # Failed probes before a replica leaves the rotation: a crashed one is out within 3 intervals.
 HEALTH_FAILURES = 3
 

@@ -25,7 +25,8 @@ MAX_LENGTH = 512
 # scheme://user:password@ in a URL.
 _USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 # Keys of server arguments that hold secrets, in /server_info answers and anything else stored.
-SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password", "hf_token", "token", "password"})
+# The flags above as SGLang's ServerArgs names them (api_key, ...), and the other secrets it may hold.
+SECRET_KEYS = frozenset({*(flag.replace("-", "_") for flag, _ in SECRET_FIELDS.values()), "hf_token", "token", "password"})
 
 
 def problems(values: Mapping[str, object]) -> list[str]:

@@ -90,3 +90,13 @@ def test_benchmarks_spells_none_of_the_seams_names_itself():
         text = path.read_text()
         spelled = [name for name in names if f'"{name}"' in text or f"'{name}'" in text]
         assert not spelled, f"{path.relative_to(REPO)} spells {spelled}: read them from benchmarks.seam"
+
+
+def test_the_role_hands_over_exactly_the_secrets_sglang_layout_knows():
+    """roles/sglang_service/vars/main.yml gathers the secrets for the credential file; sglang_layout.secrets turns
+    them into flags and redacts them: one list, checked here, so a secret added on one side only fails."""
+    from sglang_layout.secrets import SECRET_FIELDS, SECRET_KEYS
+
+    role_vars = yaml.safe_load((REPO / "roles" / "sglang_service" / "vars" / "main.yml").read_text())
+    assert set(role_vars["__sglang_service_secrets"]) == set(SECRET_FIELDS)
+    assert {flag.replace("-", "_") for flag, _ in SECRET_FIELDS.values()} <= SECRET_KEYS
