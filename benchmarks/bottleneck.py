@@ -17,7 +17,8 @@ Otherwise "not identified", with the figures that ruled each out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import gpu_telemetry
@@ -34,61 +35,119 @@ def _figure(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def bottleneck(level: Mapping[str, Any], *, link_mb_s: float | None = None, running_cap: int | None = None) -> dict[str, str]:
-    """{"name", "evidence"} for one measured level (see the module's rules)."""
-    loadgen = level.get("loadgen") or {}
-    server = level.get("server_metrics") or {}
-    gpus = gpu_telemetry.headline(level.get("gpus"))
-    if loadgen.get("client_bound"):
-        busiest = 100 * loadgen["busiest_cpu_fraction"]
-        return {
-            "name": "load generator",
-            "evidence": f"its busiest process used {busiest:.0f}% of a core (over {100 * CLIENT_BOUND_CPU:.0f}%): "
-            "add --processes or load generators",
-        }
-    peak_usage, retracted = server.get("max_token_usage"), server.get("retracted")
-    if peak_usage is not None and peak_usage >= KV_FULL_USAGE and (retracted or 0) >= 1:
-        return {
-            "name": "KV cache full",
-            "evidence": f"token usage peaked at {peak_usage:.2f} and {retracted:.0f} requests were retracted",
-        }
-    running, queued, most = server.get("num_running_reqs"), server.get("num_queue_reqs"), server.get("max_running_reqs")
-    cap = running_cap or most
-    if running is not None and queued is not None and cap and queued >= QUEUED and running >= AT_CAP * cap:
-        where = f"max-running-requests {running_cap}" if running_cap else f"the most that ran, {most:.0f}"
-        return {
-            "name": "scheduler cap",
-            "evidence": f"{running:.1f} requests running on average at {where}, {queued:.1f} queued",
-        }
-    if gpus and link_mb_s and gpus["pcie_mb_s"] >= PCIE_SHARE * 2 * link_mb_s:
-        share = gpus["pcie_mb_s"] / (2 * link_mb_s)
-        return {
-            "name": "PCIe",
-            "evidence": f"GPU {gpus['pcie_gpu']} moved {gpus['pcie_mb_s']:,.0f} MB/s rx+tx (median), "
-            f"{100 * share:.0f}% of its link both ways ({2 * link_mb_s:,.0f} MB/s)",
-        }
-    if gpus and gpus["sm_busiest"] >= SM_BUSY:
-        return {
-            "name": "GPU compute",
-            "evidence": f"SM busy {gpus['sm_busiest']:.0f}% (median) on GPU {gpus['sm_busiest_gpu']} "
-            f"({gpus['sm_mean']:.0f}% over all sampled GPUs)",
-        }
+@dataclass(frozen=True)
+class Seen:
+    """What one level shows, as the rules read it: the load generator, the server's /metrics, the GPUs."""
+
+    loadgen: Mapping[str, Any]
+    server: Mapping[str, Any]
+    gpus: Mapping[str, Any] | None  # gpu_telemetry.headline
+    link_mb_s: float | None  # the GPUs' PCIe link, one way
+    running_cap: int | None  # max-running-requests, when the server's arguments say it
+
+    @property
+    def running(self) -> float | None:
+        return self.server.get("num_running_reqs")
+
+    @property
+    def queued(self) -> float | None:
+        return self.server.get("num_queue_reqs")
+
+
+Verdict = dict[str, str]
+
+
+def _load_generator(seen: Seen) -> Verdict | None:
+    if not seen.loadgen.get("client_bound"):
+        return None
+    busiest = 100 * seen.loadgen["busiest_cpu_fraction"]
+    return {
+        "name": "load generator",
+        "evidence": f"its busiest process used {busiest:.0f}% of a core (over {100 * CLIENT_BOUND_CPU:.0f}%): "
+        "add --processes or load generators",
+    }
+
+
+def _kv_cache_full(seen: Seen) -> Verdict | None:
+    peak_usage, retracted = seen.server.get("max_token_usage"), seen.server.get("retracted")
+    if peak_usage is None or peak_usage < KV_FULL_USAGE or (retracted or 0) < 1:
+        return None
+    return {
+        "name": "KV cache full",
+        "evidence": f"token usage peaked at {peak_usage:.2f} and {retracted:.0f} requests were retracted",
+    }
+
+
+def _scheduler_cap(seen: Seen) -> Verdict | None:
+    running, queued, most = seen.running, seen.queued, seen.server.get("max_running_reqs")
+    cap = seen.running_cap or most
+    if running is None or queued is None or not cap or queued < QUEUED or running < AT_CAP * cap:
+        return None
+    where = f"max-running-requests {seen.running_cap}" if seen.running_cap else f"the most that ran, {most:.0f}"
+    return {"name": "scheduler cap", "evidence": f"{running:.1f} requests running on average at {where}, {queued:.1f} queued"}
+
+
+def _pcie(seen: Seen) -> Verdict | None:
+    gpus, link = seen.gpus, seen.link_mb_s
+    if not gpus or not link or gpus["pcie_mb_s"] < PCIE_SHARE * 2 * link:
+        return None
+    share = gpus["pcie_mb_s"] / (2 * link)
+    return {
+        "name": "PCIe",
+        "evidence": f"GPU {gpus['pcie_gpu']} moved {gpus['pcie_mb_s']:,.0f} MB/s rx+tx (median), "
+        f"{100 * share:.0f}% of its link both ways ({2 * link:,.0f} MB/s)",
+    }
+
+
+def _gpu_compute(seen: Seen) -> Verdict | None:
+    gpus = seen.gpus
+    if not gpus or gpus["sm_busiest"] < SM_BUSY:
+        return None
+    return {
+        "name": "GPU compute",
+        "evidence": f"SM busy {gpus['sm_busiest']:.0f}% (median) on GPU {gpus['sm_busiest_gpu']} "
+        f"({gpus['sm_mean']:.0f}% over all sampled GPUs)",
+    }
+
+
+# The rules in order, the first that holds wins (the module's docstring says each). To add one: a function of
+# `Seen` that returns {"name", "evidence"} or None, put where it ranks (docs/extending.md).
+RULES: list[Callable[[Seen], Verdict | None]] = [_load_generator, _kv_cache_full, _scheduler_cap, _pcie, _gpu_compute]
+
+
+def bottleneck(level: Mapping[str, Any], *, link_mb_s: float | None = None, running_cap: int | None = None) -> Verdict:
+    """{"name", "evidence"} for one measured level: the first of RULES that holds, else what ruled each out."""
+    seen = Seen(
+        loadgen=level.get("loadgen") or {},
+        server=level.get("server_metrics") or {},
+        gpus=gpu_telemetry.headline(level.get("gpus")),
+        link_mb_s=link_mb_s,
+        running_cap=running_cap,
+    )
+    for rule in RULES:
+        if found := rule(seen):
+            return found
+    return _not_identified(seen)
+
+
+def _not_identified(seen: Seen) -> Verdict:
+    running, queued, gpus, peak_usage = seen.running, seen.queued, seen.gpus, seen.server.get("max_token_usage")
     if running is None and not gpus:
         return {
             "name": "not identified",
             "evidence": "nothing to judge by: no /metrics samples (serve with --enable-metrics, sample with "
             "--metrics-interval) and no GPU telemetry (--server-host, with --gpu-interval above 0)",
         }
-    seen = [f"{_figure(running)} running, {_figure(queued)} queued"]
+    ruled_out = [f"{_figure(running)} running, {_figure(queued)} queued"]
     if peak_usage is not None:
-        seen.append(f"token usage at most {peak_usage:.2f}")
+        ruled_out.append(f"token usage at most {peak_usage:.2f}")
     if gpus:
-        seen.append(f"SM busy at most {gpus['sm_busiest']:.0f}%")
-        if link_mb_s:
-            seen.append(f"PCIe at most {100 * gpus['pcie_mb_s'] / (2 * link_mb_s):.0f}% of the link")
+        ruled_out.append(f"SM busy at most {gpus['sm_busiest']:.0f}%")
+        if seen.link_mb_s:
+            ruled_out.append(f"PCIe at most {100 * gpus['pcie_mb_s'] / (2 * seen.link_mb_s):.0f}% of the link")
     else:
-        seen.append("no GPU telemetry")
-    return {"name": "not identified", "evidence": "no rule held: " + ", ".join(seen)}
+        ruled_out.append("no GPU telemetry")
+    return {"name": "not identified", "evidence": "no rule held: " + ", ".join(ruled_out)}
 
 
 # What fixed such hangs on the field notes' kind of box (8 PCIe cards without NVLink; SGLang and NCCL issues):

@@ -50,7 +50,7 @@ class Decision:
     tied: list[tuple[str, float]] = field(default_factory=list)  # within the noise of the winner: (name, change)
 
     def sentence(self) -> str:
-        what = OBJECTIVES[self.objective]
+        what = OBJECTIVES[self.objective].description
         shown = f"{self.value:,.1f}" if self.value >= 10 else f"{self.value:.3g}"  # tokens per joule are below 1
         head = f"{self.objective}: {self.name} ({what} {shown})"
         if self.runner_up is None:

@@ -5,58 +5,91 @@ When levels stop (knee, SLO) and how the SLO capacity is bracketed live in bench
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import gpu_telemetry
 from benchmarks.slo import Bound, bracket, usable, within
 
-OBJECTIVES = {
-    "c1": "tok/s per request at C=1",
-    "peak": "peak aggregate tok/s",
-    "capacity": "aggregate tok/s at the highest concurrency within the SLO",
-    "goodput": "good tok/s (output of requests within every --goodput bound), best level",
-    "tok_per_joule": "output tokens per joule of GPU energy (aggregate tok/s over the GPUs' summed power), best level",
+Level = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One thing the search ranks on: which of a candidate's usable levels gives its figure, and the figure."""
+
+    description: str
+    pick: Callable[[Sequence[Level], Sequence[Bound]], Level | None]  # the level (None: no figure)
+    figure: Callable[[Level], float]
+    asked: Callable[[Mapping[str, Any]], bool] = lambda _: True  # from a search's state or options
+
+
+def _best(levels: Sequence[Level], key: Callable[[Level], float]) -> Level | None:
+    return max((level for level in levels if key(level)), key=key, default=None)
+
+
+def _per_joule(level: Level) -> float:
+    power = _power_w(level)
+    return round(level["aggregate_tok_s"] / power, 4) if power else 0.0
+
+
+# What the search can rank on, each reported with the concurrency that gave it (`<name>_c`). To add one: a row
+# here (docs/extending.md); the report, the winners, the policy's incumbents and --objective take it as it is.
+OBJECTIVES: dict[str, Objective] = {
+    "c1": Objective(
+        "tok/s per request at C=1",
+        lambda levels, slo: next((level for level in levels if level["concurrency"] == 1), None),
+        lambda level: level["decode_tok_s"]["p50"],
+    ),
+    "peak": Objective(
+        "peak aggregate tok/s",
+        lambda levels, slo: _best(levels, lambda level: level["aggregate_tok_s"]),
+        lambda level: level["aggregate_tok_s"],
+    ),
+    "capacity": Objective(
+        "aggregate tok/s at the highest concurrency within the SLO",
+        lambda levels, slo: (
+            max((lv for lv in levels if within(lv, slo)), key=lambda lv: lv["concurrency"], default=None) if slo else None
+        ),
+        lambda level: level["aggregate_tok_s"],
+        asked=lambda state: bool(state.get("slo")),
+    ),
+    "goodput": Objective(
+        "good tok/s (output of requests within every --goodput bound), best level",
+        lambda levels, slo: _best(levels, lambda level: (level.get("goodput") or {}).get("good_tok_s") or 0.0),
+        lambda level: level["goodput"]["good_tok_s"],
+        asked=lambda state: bool((state.get("workload") or {}).get("goodput")),
+    ),
+    "tok_per_joule": Objective(
+        "output tokens per joule of GPU energy (aggregate tok/s over the GPUs' summed power), best level",
+        lambda levels, slo: _best(levels, _per_joule),
+        _per_joule,
+        asked=lambda state: float((state.get("workload") or {}).get("gpu_interval") or 0) > 0,
+    ),
 }
 
 
 def asked(state_or_options: Mapping[str, Any]) -> dict[str, bool]:
-    """Which objectives a search gives figures for: capacity with --slo, goodput with --goodput, tokens per
-    joule with GPU telemetry (--gpu-interval above 0); c1 and peak always."""
-    workload = state_or_options.get("workload") or {}
-    return {
-        "capacity": bool(state_or_options.get("slo")),
-        "goodput": bool(workload.get("goodput")),
-        "tok_per_joule": float(workload.get("gpu_interval") or 0) > 0,
-    }
+    """Which objectives a search gives figures for (each row's `asked`: capacity with --slo, goodput with
+    --goodput, tokens per joule with GPU telemetry); c1 and peak always."""
+    return {name: objective.asked(state_or_options) for name, objective in OBJECTIVES.items() if name not in ("c1", "peak")}
 
 
-def scores(levels: Sequence[Mapping[str, Any]], slo: Sequence[Bound]) -> dict[str, Any]:
-    """A candidate's figure for each objective (None where its levels do not give one) and where it was reached."""
+def scores(levels: Sequence[Level], slo: Sequence[Bound]) -> dict[str, Any]:
+    """A candidate's figure for each objective (None where its levels do not give one) and the concurrency of
+    its level; the SLO capacity's bracket, and 95% intervals where the levels were measured with --repeats."""
     good = [level for level in levels if usable(level)]
-    one = next((level for level in good if level["concurrency"] == 1), None)
-    peak = max(good, key=lambda level: level["aggregate_tok_s"], default=None)
-    inside = [level for level in good if within(level, slo)] if slo else []
-    capacity = max(inside, key=lambda level: level["concurrency"], default=None)
-    energy = [(level["aggregate_tok_s"] / power, level["concurrency"]) for level in good if (power := _power_w(level))]
-    most_per_joule = max(energy, default=None)
-    with_goodput = [level for level in good if level.get("goodput")]
-    best_good = max(with_goodput, key=lambda level: level["goodput"]["good_tok_s"], default=None)
-    return {
-        "c1": one["decode_tok_s"]["p50"] if one else None,
-        "peak": peak["aggregate_tok_s"] if peak else None,
-        "peak_c": peak["concurrency"] if peak else None,
-        "capacity": capacity["aggregate_tok_s"] if capacity else None,
-        "capacity_c": capacity["concurrency"] if capacity else None,
-        "capacity_bracket": list(bracket(levels, slo)) if slo else None,
-        "goodput": best_good["goodput"]["good_tok_s"] if best_good else None,
-        # 95% intervals, when the levels were measured with --repeats: a winner is clear when they separate.
-        "c1_ci": _ci(one, "decode_tok_s_p50"),
-        "peak_ci": _ci(peak, "aggregate_tok_s"),
-        "goodput_c": best_good["concurrency"] if best_good else None,
-        "tok_per_joule": round(most_per_joule[0], 4) if most_per_joule else None,
-        "tok_per_joule_c": most_per_joule[1] if most_per_joule else None,
-    }
+    out: dict[str, Any] = {}
+    for name, objective in OBJECTIVES.items():
+        level = objective.pick(good, slo)
+        out[name] = objective.figure(level) if level else None
+        out[f"{name}_c"] = level["concurrency"] if level else None
+    out["capacity_bracket"] = list(bracket(levels, slo)) if slo else None
+    # A winner is clear when the intervals separate.
+    out["c1_ci"] = _ci(OBJECTIVES["c1"].pick(good, slo), "decode_tok_s_p50")
+    out["peak_ci"] = _ci(OBJECTIVES["peak"].pick(good, slo), "aggregate_tok_s")
+    return out
 
 
 def _power_w(level: Mapping[str, Any]) -> float:

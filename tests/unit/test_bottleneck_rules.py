@@ -71,3 +71,18 @@ def test_the_cap_comes_from_server_info_or_the_command_line_and_attach_skips_fai
     bottleneck.attach(levels, {"gpus": {"pcie_gen": 5, "pcie_width": 16}})
     assert levels[0]["bottleneck"]["name"] == "not identified" and "bottleneck" not in levels[1]
     assert bottleneck.line(levels[0]).startswith("not identified: no rule held") and bottleneck.line(levels[1]) == ""
+
+
+def test_a_rule_added_to_the_table_is_tried_in_its_place_without_other_edits(monkeypatch):
+    """docs/extending.md: a bottleneck rule is a row of bottleneck.RULES."""
+
+    def swap_space(seen: bottleneck.Seen):
+        if (seen.server.get("swapped_out") or 0) > 0:
+            return {"name": "host swap", "evidence": f"{seen.server['swapped_out']:.0f} requests swapped out"}
+        return None
+
+    monkeypatch.setattr(bottleneck, "RULES", [swap_space, *bottleneck.RULES])
+    figures = {"server_metrics": {"swapped_out": 3.0, "num_running_reqs": 2.0, "num_queue_reqs": 0.0}}
+    assert bottleneck.bottleneck(figures) == {"name": "host swap", "evidence": "3 requests swapped out"}
+    figures["server_metrics"]["swapped_out"] = 0.0
+    assert bottleneck.bottleneck(figures)["name"] == "not identified"  # it does not hold: the others are tried

@@ -143,3 +143,18 @@ def test_the_stand_in_server_runs_with_the_limit_of_its_gpus(tmp_path, monkeypat
     effect = {"host": "power_limit", "value": 300, "peak_factor": 0.7}
     assert active_effects([effect], object(), {}, "tp8-ep8-pp1-dp1", {"power_limit": 300.0}) == [effect]
     assert active_effects([effect], object(), {}, "tp8-ep8-pp1-dp1", {"power_limit": 600.0}) == []
+    # docs/extending.md: a knob kind is a row of EFFECT_KINDS, picked up by the effects without other edits.
+    monkeypatch.setitem(simulation.EFFECT_KINDS, "nodes", lambda name, args, environ, host: getattr(args, "nnodes", None))
+    spread = {"nodes": "nnodes", "value": 2, "peak_factor": 0.5}
+    two = type("Args", (), {"nnodes": 2})()
+    assert active_effects([spread, effect], two, {}, "tp8-ep8-pp1-dp1", {"power_limit": 300.0}) == [spread, effect]
+
+
+def test_a_host_setting_added_to_the_table_is_a_grid_axis_without_other_edits(monkeypatch):
+    """docs/extending.md: a host setting is a row of candidates.HOST_AXES (its layout field and unit lines aside)."""
+    from sglang_layout import candidates
+
+    monkeypatch.setitem(candidates.HOST_AXES, "host.persistence", "persistence")
+    grid = [candidates.parse_grid("host.persistence=1,none")]
+    on, off = candidates.expand({"ep8": {"tp": 8}}, None, grid)
+    assert on.entry["persistence"] == 1 and "persistence" not in off.entry and "args" not in on.entry

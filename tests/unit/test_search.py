@@ -176,6 +176,7 @@ def test_scores_per_objective():
     levels = [level(1, 65, per_request=65.0, tpot_p99=16), level(16, 900, tpot_p99=40), level(64, 960, tpot_p99=70)]
     assert objectives.scores(levels, bounds) == {
         "c1": 65.0,
+        "c1_c": 1,
         "peak": 960,
         "peak_c": 64,
         "capacity": 900,
@@ -205,6 +206,23 @@ def test_tokens_per_joule_is_the_best_levels_aggregate_over_the_gpus_summed_powe
     assert objectives.scores([*levels[:1], level(16, 900)], [])["tok_per_joule"] == 0.325  # no telemetry at C=16
     asked = objectives.asked({"slo": [], "workload": {"gpu_interval": 1}})
     assert asked == {"capacity": False, "goodput": False, "tok_per_joule": True}
+
+
+def test_an_objective_added_to_the_table_is_scored_asked_and_decided_without_other_edits(monkeypatch):
+    """docs/extending.md: an objective is a row of objectives.OBJECTIVES."""
+    c16 = objectives.Objective(
+        "tok/s per request at C=16",
+        lambda levels, slo: next((level for level in levels if level["concurrency"] == 16), None),
+        lambda level: level["decode_tok_s"]["p50"],
+        asked=lambda state: bool(state.get("per_user_at_16")),
+    )
+    monkeypatch.setitem(objectives.OBJECTIVES, "c16", c16)
+    ep8 = objectives.scores([level(1, 65, per_request=65.0), level(16, 900, per_request=56.0)], [])
+    tp8 = objectives.scores([level(1, 26, per_request=26.0), level(16, 400, per_request=25.0)], [])
+    assert (ep8["c16"], ep8["c16_c"]) == (56.0, 16)
+    assert objectives.asked({"per_user_at_16": True})["c16"] and not objectives.asked({})["c16"]
+    won = decision.decide([entry("ep8", **ep8), entry("tp8", **tp8)], "c16", 0.03)
+    assert won.name == "ep8" and won.clear and "tok/s per request at C=16 56.0" in won.sentence()
 
 
 def entry(name: str, layout: str = "", overrides: dict | None = None, **scores: object) -> dict:

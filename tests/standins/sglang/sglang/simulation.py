@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,23 @@ class Simulation:
         return float(value) if value else None
 
 
+# What an effect's knob is, by the key that names it: the value this server runs with, or None. To add a kind:
+# a row here, keyed by the effect's field (docs/extending.md); the effects table and the truths take it as it is.
+EFFECT_KINDS: dict[str, Callable[[str, object, Mapping[str, str], Mapping[str, float]], Any]] = {
+    "flag": lambda name, args, environ, host: getattr(args, name.replace("-", "_"), None),
+    "env": lambda name, args, environ, host: environ.get(name),
+    "host": lambda name, args, environ, host: host.get(name),
+}
+
+
+def _same(actual: Any, wanted: Any) -> bool:
+    """A knob's value against the effect's: numbers as numbers (300 W is 300.0), the rest as case-free text."""
+    try:
+        return float(actual) == float(wanted)
+    except (TypeError, ValueError):
+        return str(actual).lower() == str(wanted).lower()
+
+
 def active_effects(
     effects: list[dict[str, Any]],
     args: object,
@@ -105,22 +122,15 @@ def active_effects(
     layout_key: str = "",
     host: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """The effects whose flag, environment value or host setting (`host_settings`) this server runs with, on its
-    layout (`tp8-ep8-pp1-dp1`)."""
+    """The effects whose knob (a flag, an environment value, a host setting: EFFECT_KINDS) this server runs with at
+    the effect's value, on its layout (`tp8-ep8-pp1-dp1`)."""
     found = []
     for effect in effects:
         if effect.get("layouts") and layout_key not in effect["layouts"]:
             continue
-        if "host" in effect:
-            actual = (host or {}).get(str(effect["host"]))
-            if actual is not None and float(actual) == float(effect["value"]):
-                found.append(effect)
-            continue
-        if "flag" in effect:
-            actual = getattr(args, str(effect["flag"]).replace("-", "_"), None)
-        else:
-            actual = environ.get(str(effect["env"]))
-        if actual is not None and str(actual).lower() == str(effect["value"]).lower():
+        kind = next(kind for kind in EFFECT_KINDS if kind in effect)
+        actual = EFFECT_KINDS[kind](str(effect[kind]), args, environ, host or {})
+        if actual is not None and _same(actual, effect["value"]):
             found.append(effect)
     return found
 
