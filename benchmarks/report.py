@@ -9,57 +9,35 @@ from benchmarks.workload import level_name
 from sglang_layout import tables
 from sglang_layout.tables import number
 
+LEVEL_HEADER = (
+    *("level", "status", "done/fail", "agg tok/s", "req tok/s p50", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms"),
+    *("ITL p99 ms", "E2E p50 ms", "conc", "server tok/s", "client cpu %"),
+)
 
-def level_table(levels: list[dict[str, Any]]) -> str:
-    header = (
-        "level",
-        "status",
-        "done/fail",
-        "agg tok/s",
-        "req tok/s p50",
-        "TTFT p50 ms",
-        "TTFT p99 ms",
-        "ITL p50 ms",
-        "ITL p99 ms",
-        "E2E p50 ms",
-        "conc",
-        "server tok/s",
-        "client cpu %",
+
+def _level_row(level: dict[str, Any]) -> tuple[str, ...]:
+    if level["status"] in ("failed", "hung") and "decode_tok_s" not in level:
+        return (level_name(level), level["status"], f"0/{level.get('failed', 0)}", *["-"] * 10)
+    server = (level.get("server_metrics") or {}).get("gen_throughput")
+    return (
+        level_name(level),
+        level["status"],
+        f"{level['completed']}/{level['failed']}",
+        number(level["aggregate_tok_s"]),
+        number(level["decode_tok_s"]["p50"]),
+        number(level["ttft_ms"]["p50"]),
+        number(level["ttft_ms"]["p99"]),
+        number(level["itl_ms"]["p50"], 2),
+        number(level["itl_ms"]["p99"], 2),
+        number(level["e2e_ms"]["p50"], 0),
+        number(level["achieved_concurrency"], 1),
+        number(server),
+        _client_cpu(level),
     )
-    rows = []
-    for level in levels:
-        if level["status"] in ("failed", "hung") and "decode_tok_s" not in level:
-            rows.append((level_name(level), level["status"], f"0/{level.get('failed', 0)}", *["-"] * 10))
-            continue
-        server = (level.get("server_metrics") or {}).get("gen_throughput")
-        rows.append(
-            (
-                level_name(level),
-                level["status"],
-                f"{level['completed']}/{level['failed']}",
-                number(level["aggregate_tok_s"]),
-                number(level["decode_tok_s"]["p50"]),
-                number(level["ttft_ms"]["p50"]),
-                number(level["ttft_ms"]["p99"]),
-                number(level["itl_ms"]["p50"], 2),
-                number(level["itl_ms"]["p99"], 2),
-                number(level["e2e_ms"]["p50"], 0),
-                number(level["achieved_concurrency"], 1),
-                number(server),
-                _client_cpu(level),
-            )
-        )
-    if any(level.get("gpus") for level in levels):
-        header = (*header, "GPU SM %", "PCIe MB/s")
-        rows = [(*row, *_gpu_cells(level)) for row, level in zip(rows, levels, strict=True)]
-    if any("goodput" in level for level in levels):
-        header = (*header, "good %", "good req/s", "good tok/s")
-        rows = [(*row, *_goodput_cells(level)) for row, level in zip(rows, levels, strict=True)]
-        bounds = next(level["goodput"]["bounds_ms"] for level in levels if "goodput" in level)
-        notes_head = ["goodput bounds: " + ", ".join(f"{k} <= {v:g} ms" for k, v in bounds.items())]
-    else:
-        notes_head = []
-    lines = [tables.text_table(header, rows, right_aligned=True), *notes_head]
+
+
+def _level_notes(levels: list[dict[str, Any]]) -> list[str]:
+    """Under the table: client-bound levels, each level's bottleneck, open-loop rates, errors."""
     notes = [
         f"{level_name(lv)}: client-bound: a load-generator process used {100 * lv['loadgen']['busiest_cpu_fraction']:.0f}% "
         "of a core; its figures understate the server (add --processes)"
@@ -73,7 +51,21 @@ def level_table(levels: list[dict[str, Any]]) -> str:
         for lv in levels
         if lv["status"] != "ok" and (lv.get("error") or lv.get("errors"))
     ]
-    return "\n".join(lines + notes)
+    return notes
+
+
+def level_table(levels: list[dict[str, Any]]) -> str:
+    header, rows = LEVEL_HEADER, [_level_row(level) for level in levels]
+    if any(level.get("gpus") for level in levels):
+        header = (*header, "GPU SM %", "PCIe MB/s")
+        rows = [(*row, *_gpu_cells(level)) for row, level in zip(rows, levels, strict=True)]
+    notes_head = []
+    if any("goodput" in level for level in levels):
+        header = (*header, "good %", "good req/s", "good tok/s")
+        rows = [(*row, *_goodput_cells(level)) for row, level in zip(rows, levels, strict=True)]
+        bounds = next(level["goodput"]["bounds_ms"] for level in levels if "goodput" in level)
+        notes_head = ["goodput bounds: " + ", ".join(f"{k} <= {v:g} ms" for k, v in bounds.items())]
+    return "\n".join([tables.text_table(header, rows, right_aligned=True), *notes_head, *_level_notes(levels)])
 
 
 def arrival_note(level: dict[str, Any]) -> str:

@@ -172,9 +172,20 @@ def _suggest(table: FlagTable, option: str) -> list[str]:
 def check_argv(argv: Sequence[str], table: FlagTable) -> list[Finding]:
     """Check a rendered server command line (flags and values, no program name)."""
     findings: list[Finding] = []
-    where = f"SGLang {table.version}"
     given: dict[str, str] = {}  # canonical flag -> the spelling that gave it first
-    i = 0
+    for option, values in _options(argv, findings):
+        spec, candidates = resolve(table, option)
+        if spec is None:
+            findings.append(_unknown(table, option, candidates))
+            continue
+        findings += _spelling(table, spec, option, given)
+        findings += _values(table, spec, option, values)
+    return findings
+
+
+def _options(argv: Sequence[str], findings: list[Finding]) -> list[tuple[str, list[str]]]:
+    """(flag as written, its values) in order; a value with no flag before it is a finding."""
+    found, i = [], 0
     while i < len(argv):
         option = argv[i]
         i += 1
@@ -187,66 +198,73 @@ def check_argv(argv: Sequence[str], table: FlagTable) -> list[Finding]:
         while i < len(argv) and not argv[i].startswith("--"):
             values.append(argv[i])
             i += 1
-        spec, candidates = resolve(table, option)
-        if spec is None and candidates:
-            spellings = ", ".join(sorted(name for c in candidates for name in c.names if name.startswith(option)))
-            findings.append(
-                Finding.error(
-                    "flags",
-                    f"{option} is ambiguous in {where}: it could match {spellings}; argparse refuses to start",
-                    f"write one of {spellings} in full",
-                )
+        found.append((option, values))
+    return found
+
+
+def _unknown(table: FlagTable, option: str, candidates: list[FlagSpec]) -> Finding:
+    """A flag the installed SGLang does not know: ambiguous (several it abbreviates) or absent."""
+    where = f"SGLang {table.version}"
+    if candidates:
+        spellings = ", ".join(sorted(name for c in candidates for name in c.names if name.startswith(option)))
+        return Finding.error(
+            "flags",
+            f"{option} is ambiguous in {where}: it could match {spellings}; argparse refuses to start",
+            f"write one of {spellings} in full",
+        )
+    close = _suggest(table, option)
+    return Finding.error(
+        "flags",
+        f"{option} is not a flag of {where}",
+        f"did you mean {' or '.join(close)}?"
+        if close
+        else f"remove it; `python -m sglang.launch_server --help` lists what {where} accepts",
+    )
+
+
+def _spelling(table: FlagTable, spec: FlagSpec, option: str, given: dict[str, str]) -> list[Finding]:
+    """A flag given twice under two spellings, or by an abbreviation a later version may make ambiguous."""
+    where, found = f"SGLang {table.version}", []
+    if spec.canonical in given:
+        found.append(
+            Finding.error(
+                "flags",
+                f"{given[spec.canonical]} and {option} are one flag, {spec.canonical}, in {where}; the last value would win",
+                "give the flag once, by its full name",
             )
-            continue
-        if spec is None:
-            close = _suggest(table, option)
-            findings.append(
-                Finding.error(
-                    "flags",
-                    f"{option} is not a flag of {where}",
-                    f"did you mean {' or '.join(close)}?"
-                    if close
-                    else f"remove it; `python -m sglang.launch_server --help` lists what {where} accepts",
-                )
+        )
+    given.setdefault(spec.canonical, option)
+    if option not in spec.names:
+        found.append(
+            Finding.warning(
+                "flags",
+                f"{option} is only an abbreviation of {spec.canonical} in {where}; a later version may make it ambiguous",
+                f"write {spec.canonical}",
             )
-            continue
-        if spec.canonical in given:
-            findings.append(
-                Finding.error(
-                    "flags",
-                    f"{given[spec.canonical]} and {option} are one flag, {spec.canonical}, in {where}; the last value would win",
-                    "give the flag once, by its full name",
-                )
+        )
+    return found
+
+
+def _values(table: FlagTable, spec: FlagSpec, option: str, values: list[str]) -> list[Finding]:
+    """A value missing, given to a switch, or outside the flag's choices."""
+    where = f"SGLang {table.version}"
+    if spec.takes_value and not values:
+        return [
+            Finding.error("flags", f"{option} needs a value in {where}", f"give it a value, e.g. {option.lstrip('-')}: VALUE")
+        ]
+    if not spec.takes_value and values:
+        return [
+            Finding.error(
+                "flags",
+                f"{option} is a switch in {where} and takes no value (got {' '.join(values)})",
+                f"write {option.lstrip('-')}: true (or false to leave it out)",
             )
-        given.setdefault(spec.canonical, option)
-        if option not in spec.names:
-            findings.append(
-                Finding.warning(
-                    "flags",
-                    f"{option} is only an abbreviation of {spec.canonical} in {where}; a later version may make it ambiguous",
-                    f"write {spec.canonical}",
-                )
+        ]
+    bad = [value for value in values if spec.choices is not None and value not in spec.choices]
+    if bad:
+        return [
+            Finding.error(
+                "flags", f"{option} {bad[0]} is an invalid choice in {where}", f"choose one of {', '.join(spec.choices or ())}"
             )
-        if spec.takes_value and not values:
-            findings.append(
-                Finding.error("flags", f"{option} needs a value in {where}", f"give it a value, e.g. {option.lstrip('-')}: VALUE")
-            )
-        elif not spec.takes_value and values:
-            findings.append(
-                Finding.error(
-                    "flags",
-                    f"{option} is a switch in {where} and takes no value (got {' '.join(values)})",
-                    f"write {option.lstrip('-')}: true (or false to leave it out)",
-                )
-            )
-        elif spec.choices is not None:
-            bad = [value for value in values if value not in spec.choices]
-            if bad:
-                findings.append(
-                    Finding.error(
-                        "flags",
-                        f"{option} {bad[0]} is an invalid choice in {where}",
-                        f"choose one of {', '.join(spec.choices)}",
-                    )
-                )
-    return findings
+        ]
+    return []

@@ -56,6 +56,24 @@ def health_flags(interval: Any, worker_load_timeout: Any) -> list[str]:
     ]
 
 
+def _worker_urls(worker_urls: Sequence[Any]) -> list[str]:
+    """The replicas' base URLs, each once; DeclarationError naming the field otherwise."""
+    if not worker_urls:
+        raise text.refuse(
+            "sglang_router_workers", list(worker_urls), "names no worker", "list the inventory hosts (or URLs) it routes to"
+        )
+    urls = []
+    for url in worker_urls:
+        if not isinstance(url, str) or not WORKER_URL.fullmatch(url):
+            raise text.refuse(
+                "sglang_router_worker_urls", url, "must be a base URL http://HOST:PORT", "write e.g. http://10.0.0.7:30001"
+            )
+        urls.append(url)
+    if len(set(urls)) != len(urls):
+        raise text.refuse("sglang_router_worker_urls", urls, "names a worker twice", "list each replica once")
+    return urls
+
+
 def router_unit(
     *,
     model_slug: str,
@@ -88,19 +106,7 @@ def router_unit(
         raise text.refuse("sglang_router_metrics_port", metrics_port, "is the router's own port", "pick another, e.g. 29000")
     if policy not in POLICIES:
         raise text.refuse("sglang_router_policy", policy, f"must be one of {', '.join(POLICIES)}", "write e.g. cache_aware")
-    if not worker_urls:
-        raise text.refuse(
-            "sglang_router_workers", list(worker_urls), "names no worker", "list the inventory hosts (or URLs) it routes to"
-        )
-    urls = []
-    for url in worker_urls:
-        if not isinstance(url, str) or not WORKER_URL.fullmatch(url):
-            raise text.refuse(
-                "sglang_router_worker_urls", url, "must be a base URL http://HOST:PORT", "write e.g. http://10.0.0.7:30001"
-            )
-        urls.append(url)
-    if len(set(urls)) != len(urls):
-        raise text.refuse("sglang_router_worker_urls", urls, "names a worker twice", "list each replica once")
+    urls = _worker_urls(worker_urls)
     if secrets_source is not None:
         secrets_source = text.absolute_path(
             "sglang_router secrets file", secrets_source, example="/etc/sglang/secrets/router-k26.yaml"

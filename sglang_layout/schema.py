@@ -359,13 +359,10 @@ def parse_layout(
     draft = _draft(here, raw.get("draft"), drafts or {})
     if draft is not None:
         own = _with_draft(here, draft, own, flag_table)
-    power_limit = raw.get("power_limit")
-    if power_limit is not None:
-        power_limit = text.whole_number(f"{here}.power_limit", power_limit, low=1, high=MAX_POWER_LIMIT_W, example=450)
     return Layout(
         name=name,
         draft=draft.name if draft else "",
-        power_limit=power_limit,
+        power_limit=_power_limit(f"{here}.power_limit", raw.get("power_limit")),
         args=merge_args(_args("sglang_common_args", common_args, flag_table), own),
         env={**_env("sglang_common_env", common_env), **_env(f"{here}.env", raw.get("env"))},
         description=description,
@@ -375,6 +372,10 @@ def parse_layout(
         nodes=nodes,
         **sizes,
     )
+
+
+def _power_limit(path: str, value: Any) -> int | None:
+    return None if value is None else text.whole_number(path, value, low=1, high=MAX_POWER_LIMIT_W, example=450)
 
 
 def _draft(here: str, name: Any, drafts: Mapping[str, Draft]) -> Draft | None:

@@ -127,15 +127,9 @@ def unit_spec(
             f"{layout.name} needs {layout.gpus_per_node} GPUs per node, the slice has {len(gpu_ids)}",
             "give the instance more GPUs or deploy a smaller layout",
         )
-    venv = text.absolute_path("venv", venv, example="/opt/sglang/venv-0.5.23")
-    cuda_home = text.absolute_path("cuda_home", cuda_home, example="/usr/local/cuda-13.0")
-    state_dir = text.absolute_path("state_dir", state_dir, example="/var/lib/sglang")
-    for field, name in (("sglang_venv_user", user), ("sglang_venv_group", group)):
-        text.matching(field, name, ACCOUNT, max_length=32, what="a user or group name", fix="write e.g. sglang")
+    venv, cuda_home, state_dir = _install_paths(venv, cuda_home, state_dir, user, group, python_version)
     if secrets_source is not None:
         secrets_source = text.absolute_path("sglang_service_secrets_dir", secrets_source, example="/etc/sglang/secrets/k26.yaml")
-    if not python_version or not all(part.isdigit() for part in python_version.split(".")):
-        raise text.refuse("python_version", python_version, "is not a Python version", "re-run playbooks/provision.yml")
     args = command.server_args(
         layout,
         model_path=model_path,
@@ -144,20 +138,7 @@ def unit_spec(
         secrets_file=command.SECRETS_FILE_IN_UNIT if secrets_source else None,
         node=node,
     )
-    base_env = {
-        text.matching(
-            f"install environment {key}", key, ENV_KEY, max_length=128, what="a variable name", fix="re-run provision"
-        ): (text.plain_text(f"install environment {key}", value))
-        for key, value in (base_env or {}).items()
-    }
-    for name, value in layout.env.items():
-        if name in base_env:
-            raise text.refuse(
-                f"sglang_layouts.{layout.name}.env.{name}",
-                value,
-                f"the host's install record sets {name} ({base_env[name]})",
-                "remove it from env; change it through the sglang_venv role's variables",
-            )
+    base_env = _install_environment(layout, base_env or {})
     environment = command.service_environment(
         layout, venv=venv, cuda_home=cuda_home, python_version=python_version, base_env=base_env, gpu_ids=gpu_ids
     )
@@ -176,6 +157,37 @@ def unit_spec(
         health_url=defaults.local_url(host, port, "/health_generate"),
         power_limit=layout.power_limit,
     )
+
+
+def _install_paths(venv: str, cuda_home: str, state_dir: str, user: str, group: str, python_version: str) -> tuple[str, str, str]:
+    """The paths and accounts from the host's install record, checked like the declaration's."""
+    venv = text.absolute_path("venv", venv, example="/opt/sglang/venv-0.5.23")
+    cuda_home = text.absolute_path("cuda_home", cuda_home, example="/usr/local/cuda-13.0")
+    state_dir = text.absolute_path("state_dir", state_dir, example="/var/lib/sglang")
+    for field, name in (("sglang_venv_user", user), ("sglang_venv_group", group)):
+        text.matching(field, name, ACCOUNT, max_length=32, what="a user or group name", fix="write e.g. sglang")
+    if not python_version or not all(part.isdigit() for part in python_version.split(".")):
+        raise text.refuse("python_version", python_version, "is not a Python version", "re-run playbooks/provision.yml")
+    return venv, cuda_home, state_dir
+
+
+def _install_environment(layout: Layout, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The install record's environment, checked; a layout variable that it also sets is refused."""
+    checked = {
+        text.matching(
+            f"install environment {key}", key, ENV_KEY, max_length=128, what="a variable name", fix="re-run provision"
+        ): (text.plain_text(f"install environment {key}", value))
+        for key, value in base_env.items()
+    }
+    for name, value in layout.env.items():
+        if name in checked:
+            raise text.refuse(
+                f"sglang_layouts.{layout.name}.env.{name}",
+                value,
+                f"the host's install record sets {name} ({checked[name]})",
+                "remove it from env; change it through the sglang_venv role's variables",
+            )
+    return checked
 
 
 def read_unit_file(text: str) -> dict[str, object]:
