@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -50,6 +51,44 @@ ARGUMENT_SPEC = {
 }
 
 
+def _facts(args: dict, settings: Any, table: Any, config: Any, index: Any, overrides: dict) -> Facts:
+    """What the checks know about the host, from the task's arguments (the role read them on the host)."""
+    return Facts(
+        gpu_count=gpu_count("gpu_count", args["gpu_count"], from_text=True),
+        gpu_memory_gib=gpu_memory_gib("gpu_memory_gib", args["gpu_memory_gib"], from_text=True),
+        model_config=config,
+        model_index=index,
+        flag_table=table,
+        model_path=settings.model_path,
+        port=settings.port,
+        host=settings.bind_address,
+        api_key_set=args["api_key_set"],
+        secrets_file=SECRETS_FILE_IN_UNIT if args["secrets"] else None,
+        hardening=overrides,
+        gpu_power_range=_power_range(args["gpu_power_range"]),
+    )
+
+
+def _oracle_request(args: dict, asked: list, verdicts: list, overrides: dict) -> dict | None:
+    """The request for SGLang's own checks of the asked layouts, when the host's install record says where it is."""
+    install = args["install"]
+    if not (install.get("venv") and install.get("python_version")):
+        return None
+    return oracle.request(
+        asked,
+        {v.layout.name: v.argv for v in verdicts},
+        venv=install["venv"],
+        python_version=str(install["python_version"]),
+        cuda_home=args["cuda_home"] or defaults.CUDA_HOME,
+        base_env=install.get("environment") or {},
+        gpu_ids=args["gpu_ids"] or None,
+        user=install.get("user") or defaults.SERVICE_USER,
+        group=install.get("group") or defaults.SERVICE_USER,
+        state_dir=install.get("state_dir") or defaults.STATE_DIR,
+        hardening_overrides=overrides,
+    )
+
+
 def _power_range(given: list[float]) -> tuple[float, float] | None:
     return (float(given[0]), float(given[1])) if len(given) == 2 else None
 
@@ -69,40 +108,10 @@ class ActionModule(ActionBase):
             config, index = args["model_config"], args["model_index"]
             if args["model_config_path"]:
                 config, index = read_model(Path(args["model_config_path"]))
-            facts = Facts(
-                gpu_count=gpu_count("gpu_count", args["gpu_count"], from_text=True),
-                gpu_memory_gib=gpu_memory_gib("gpu_memory_gib", args["gpu_memory_gib"], from_text=True),
-                model_config=config,
-                model_index=index,
-                flag_table=table,
-                model_path=settings.model_path,
-                port=settings.port,
-                host=settings.bind_address,
-                api_key_set=args["api_key_set"],
-                secrets_file=SECRETS_FILE_IN_UNIT if args["secrets"] else None,
-                hardening=overrides,
-                gpu_power_range=_power_range(args["gpu_power_range"]),
-            )
+            facts = _facts(args, settings, table, config, index, overrides)
             verdicts = check_all(layouts, facts)
-            install = args["install"]
             asked = [chosen] if chosen is not None else list(layouts.values())
-            oracle_request = (
-                oracle.request(
-                    asked,
-                    {v.layout.name: v.argv for v in verdicts},
-                    venv=install["venv"],
-                    python_version=str(install["python_version"]),
-                    cuda_home=args["cuda_home"] or defaults.CUDA_HOME,
-                    base_env=install.get("environment") or {},
-                    gpu_ids=args["gpu_ids"] or None,
-                    user=install.get("user") or defaults.SERVICE_USER,
-                    group=install.get("group") or defaults.SERVICE_USER,
-                    state_dir=install.get("state_dir") or defaults.STATE_DIR,
-                    hardening_overrides=overrides,
-                )
-                if install.get("venv") and install.get("python_version")
-                else None
-            )
+            oracle_request = _oracle_request(args, asked, verdicts, overrides)
         except (DeclarationError, ModelConfigError, ValueError) as exc:
             raise AnsibleActionFail(f"preflight input: {exc}") from exc
         result.update(
