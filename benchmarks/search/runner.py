@@ -272,7 +272,13 @@ def _plan(options: SearchOptions) -> _Plan:
         "stall_timeout": 60.0,
     }
     workload = {k: v for k, v in vars(options.workload).items() if k not in later or v != later[k]}
-    # What decides which levels a candidate gets measured at is part of the search's identity too.
+    identifier, path, previous = _stored(options, workload, [digests[c.name] for c in candidates])
+    return _Plan(inventory, declaration, candidates, entries, digests, workload, identifier, path, previous, stage_of)
+
+
+def _stored(options: SearchOptions, workload: dict[str, Any], digests: list[str]) -> tuple[str, Path, dict | None]:
+    """The search's id (its candidates and what decides their levels), its manifest's path, and the manifest
+    stored there by an earlier run of the same search, if any."""
     identity = {
         **workload,
         "knee": options.knee,
@@ -283,7 +289,7 @@ def _plan(options: SearchOptions) -> _Plan:
         **({"strategy": "staged", "top": options.top} if options.staged else {}),
     }
     host = options.label
-    identifier = options.resume or manifest.search_id(host, [digests[c.name] for c in candidates], identity)
+    identifier = options.resume or manifest.search_id(host, digests, identity)
     path = manifest.path_for(options.results_dir, host, identifier)
     try:
         previous = manifest.load(path)
@@ -291,15 +297,12 @@ def _plan(options: SearchOptions) -> _Plan:
         raise SearchError(str(exc)) from exc
     if options.resume and previous is None:
         raise SearchError(f"--resume {identifier}: no such search for {host} under {path.parent}")
-    if previous and (previous.get("workload"), previous.get("knee"), previous.get("slo")) != (
-        workload,
-        options.knee,
-        [vars(b) for b in options.slo],
-    ):
+    measured_as = (previous or {}).get("workload"), (previous or {}).get("knee"), (previous or {}).get("slo")
+    if previous and measured_as != (workload, options.knee, [vars(b) for b in options.slo]):
         raise SearchError(
             f"--resume {identifier}: that search measured another workload, knee or SLO; give the same options, or drop --resume"
         )
-    return _Plan(inventory, declaration, candidates, entries, digests, workload, identifier, path, previous, stage_of)
+    return identifier, path, previous
 
 
 def _host_shape(options: SearchOptions, declaration: dict[str, Any]) -> dict[str, Any]:
