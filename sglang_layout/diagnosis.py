@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from sglang_layout import defaults
+
 
 @dataclass(frozen=True)
 class Cause:
@@ -141,7 +143,7 @@ class Diagnosis:
 
 def diagnose(journal: str, *, timed_out: bool = False, max_lines: int = 6) -> Diagnosis:
     """Classify a failed start from its journal (the unit's own invocation only)."""
-    lines = [line.rstrip() for line in journal.splitlines() if line.strip()]
+    lines = _servers_own([line.rstrip() for line in journal.splitlines() if line.strip()])
     for cause in CAUSES:
         hits = [line for line in lines if any(p.search(line) for p in cause.patterns)]
         if hits:
@@ -149,6 +151,20 @@ def diagnose(journal: str, *, timed_out: bool = False, max_lines: int = 6) -> Di
     chosen = TIMEOUT if timed_out else UNKNOWN
     errorish = [line for line in lines if _ERRORISH.search(line)]
     return Diagnosis(chosen.key, chosen.title, chosen.advice, (errorish or lines)[-max_lines:])
+
+
+def _servers_own(lines: list[str]) -> list[str]:
+    """The journal without the power limit helper's own start-up (defaults.POWER_LIMIT_HELPER, the unit's
+    ExecStopPost): systemd may fail to spawn it once the crashed server's cgroup is gone ("Failed to attach to
+    cgroup", then "Failed at step CGROUP spawning" the helper), which says nothing of why the server failed."""
+    kept: list[str] = []
+    for line in lines:
+        if defaults.POWER_LIMIT_HELPER in line:
+            if kept and "Failed to attach to cgroup" in kept[-1]:
+                kept.pop()
+            continue
+        kept.append(line)
+    return kept
 
 
 def _dedupe(lines: list[str]) -> list[str]:

@@ -48,14 +48,14 @@ def test_preflight_refuses_a_limit_the_gpus_do_not_accept_and_says_when_it_could
     assert any(skip.startswith("power limit range") for skip in unknown.skipped)
 
 
-def test_the_unit_sets_its_limit_as_it_starts_and_every_unit_puts_the_one_before_back():
+def test_the_unit_sets_its_limit_as_it_starts_and_puts_the_one_before_back_as_it_stops():
     limited = specs.spec(parse_layout("ep8", {"tp": 8, "ep": 8, "power_limit": 300})).to_dict()
     assert limited["power_lines"] == [
         "ExecStartPre=+/usr/local/sbin/sglang-power-limit set %n 300",
         "ExecStopPost=-+/usr/local/sbin/sglang-power-limit restore %n",
     ]
     plain = specs.spec(parse_layout("ep8", {"tp": 8, "ep": 8})).to_dict()
-    assert plain["power_lines"] == ["ExecStopPost=-+/usr/local/sbin/sglang-power-limit restore %n"]
+    assert plain["power_lines"] == []  # no helper runs for a unit without a limit
     assert limited["power_helper"] == "/usr/local/sbin/sglang-power-limit"
 
 
@@ -158,3 +158,21 @@ def test_a_host_setting_added_to_the_table_is_a_grid_axis_without_other_edits(mo
     grid = [candidates.parse_grid("host.persistence=1,none")]
     on, off = candidates.expand({"ep8": {"tp": 8}}, None, grid)
     assert on.entry["persistence"] == 1 and "persistence" not in off.entry and "args" not in on.entry
+
+
+def test_the_helpers_own_spawn_failure_is_no_cause_of_the_servers():
+    """A crashed server's cgroup can be gone when systemd spawns the ExecStopPost helper: those two lines say
+    nothing of the crash, which is still found (here: the other node went away)."""
+    from sglang_layout.diagnosis import diagnose
+
+    journal = "\n".join(
+        [
+            "sglang-k26-tp8x2[41]: torch.distributed.DistBackendError: ncclRemoteError: remote process exited",
+            "sglang-k26-tp8x2.service: Main process exited, code=exited, status=1/FAILURE",
+            "sglang-k26-tp8x2.service: Failed to attach to cgroup /system.slice/sglang-k26-tp8x2.service: No such file",
+            "sglang-k26-tp8x2.service: Failed at step CGROUP spawning /usr/local/sbin/sglang-power-limit: No such file",
+        ]
+    )
+    assert diagnose(journal).cause == "peer_lost"
+    # The same lines about the server's own process are still systemd's set-up failure.
+    assert diagnose(journal.replace("/usr/local/sbin/sglang-power-limit", "/opt/sglang/venv/bin/python")).cause == "setup"
