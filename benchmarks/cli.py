@@ -6,19 +6,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bottleneck, compare, dataset, harness, repeats, report, results, slo
-from benchmarks.capacity import capacity_sentence, measure_levels
-from benchmarks.endpoint import API_KEY_VARIABLE, EndpointError, check_url, probe, served_model
-from benchmarks.inventory import InventoryError, read_inventory
+from benchmarks import compare, dataset, harness, results, slo
+from benchmarks.endpoint import API_KEY_VARIABLE, EndpointError, check_url
+from benchmarks.run import RunOptions, hosts_problems, main_run
 from benchmarks.search import objectives, stages
 from benchmarks.search.runner import SearchOptions, main_search
-from benchmarks.sweep import LOCAL, REPO, SweepResult, parse_loadgen, run_sweep
+from benchmarks.sweep import REPO, parse_loadgen
 from benchmarks.workload import Workload, bounded, parse_duration
 from sglang_layout.candidates import parse_grid
 from sglang_layout.errors import DeclarationError
@@ -119,83 +117,113 @@ def _hosts(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc).replace("--loadgen-hosts", "--server-hosts")) from exc
 
 
+# `search`'s own options (besides the shared ones and the workload's): names, then add_argument's keywords.
+_SEARCH_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (
+        (
+            "--server-host",
+            "--server-hosts",
+        ),
+        {
+            "dest": "server_host",
+            "required": True,
+            "type": _hosts,
+            "help": "the inventory host to search on; several identical ones, comma-separated, run candidates in parallel, "
+            "one per host at a time (checked alike first: GPUs, SGLang version, model files)",
+        },
+    ),
+    (
+        ("--layouts",),
+        {
+            "default": "all",
+            "help": "declared layouts to try, comma-separated (default: all); `auto` adds every parallel shape the host's "
+            "GPUs allow (tp, ep dividing tp, pp, dp, attention dp where the model takes it), named like tp8-ep4",
+        },
+    ),
+    (
+        ("--dry-run",),
+        {"action": "store_true", "help": "judge every candidate and say what would launch; launch nothing, write nothing"},
+    ),
+    (
+        ("--grid",),
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "FLAG=V1,V2",
+            "help": "server flag values to try on the layouts, e.g. max-running-requests=64,256, environment values as "
+            "env.VARIABLE=V1,V2, e.g. env.NCCL_P2P_DISABLE=0,1, or speculative drafts as draft=NAME,none "
+            "(sglang_draft_models) (repeatable; see --strategy)",
+        },
+    ),
+    (
+        ("--strategy",),
+        {
+            "choices": list(stages.STRATEGIES),
+            "default": "",
+            "help": "with a grid: staged (the default) ranks the layouts, varies each axis one value at a time on the best "
+            "--top, then tries the best values together; grid launches every layout with every combination",
+        },
+    ),
+    (
+        ("--top",),
+        {
+            "type": bounded(1, 64),
+            "default": 1,
+            "help": "the staged search varies the axes on this many of the best layouts of each objective (default 1)",
+        },
+    ),
+    (
+        ("--objective",),
+        {
+            "choices": list(objectives.OBJECTIVES),
+            "default": "peak",
+            "help": "what the winner left serving is best at: c1 (tok/s per request at C=1), peak (aggregate "
+            "tok/s), capacity (aggregate within --slo), goodput, tok_per_joule (tokens per joule of GPU energy, with "
+            "--gpu-interval); every objective's winner is reported",
+        },
+    ),
+    (
+        ("--knee",),
+        {
+            "type": bounded(0.0, 10.0, kind=float),
+            "default": 0.05,
+            "help": "stop raising C when aggregate tok/s gains less than this fraction over the level before (0: never)",
+        },
+    ),
+    (
+        ("--budget",),
+        {
+            "type": parse_duration,
+            "default": 0.0,
+            "help": "the time the search may take, e.g. 4h: a launch that would end past it (by the launches measured so"
+            " far, their starts included) is not made, and the report lists what was left (default: no limit)",
+        },
+    ),
+    (
+        ("--clear-margin",),
+        {
+            "type": bounded(0.0, 10.0, kind=float),
+            "default": 0.05,
+            "help": "a winner is clear when it beats the next by at least this fraction",
+        },
+    ),
+    (
+        ("--leave",),
+        {
+            "choices": ["best", "original", "none"],
+            "default": "best",
+            "help": "what serves at the end: the winner (default), the layout from before, or the last candidate",
+        },
+    ),
+    (("--resume",), {"default": "", "metavar": "ID", "help": "resume this search (running the same command does too)"}),
+    (("--quiet",), {"action": "store_true", "help": "only the plan, one line per candidate and the report"}),
+)
+
+
 def _add_search(search: argparse.ArgumentParser) -> None:
-    search.add_argument(
-        "--server-host",
-        "--server-hosts",
-        dest="server_host",
-        required=True,
-        type=_hosts,
-        help="the inventory host to search on; several identical ones, comma-separated, run candidates in parallel, "
-        "one per host at a time (checked alike first: GPUs, SGLang version, model files)",
-    )
     _add_shared(search, slo_help="a latency bound, e.g. tpot_p99=50 (repeatable): levels stop when it breaks; capacity uses it")
-    search.add_argument(
-        "--layouts",
-        default="all",
-        help="declared layouts to try, comma-separated (default: all); `auto` adds every parallel shape the host's "
-        "GPUs allow (tp, ep dividing tp, pp, dp, attention dp where the model takes it), named like tp8-ep4",
-    )
-    search.add_argument(
-        "--dry-run", action="store_true", help="judge every candidate and say what would launch; launch nothing, write nothing"
-    )
-    search.add_argument(
-        "--grid",
-        action="append",
-        default=[],
-        metavar="FLAG=V1,V2",
-        help="server flag values to try on the layouts, e.g. max-running-requests=64,256, environment values as "
-        "env.VARIABLE=V1,V2, e.g. env.NCCL_P2P_DISABLE=0,1, or speculative drafts as draft=NAME,none "
-        "(sglang_draft_models) (repeatable; see --strategy)",
-    )
-    search.add_argument(
-        "--strategy",
-        choices=list(stages.STRATEGIES),
-        default="",
-        help="with a grid: staged (the default) ranks the layouts, varies each axis one value at a time on the best "
-        "--top, then tries the best values together; grid launches every layout with every combination",
-    )
-    search.add_argument(
-        "--top",
-        type=bounded(1, 64),
-        default=1,
-        help="the staged search varies the axes on this many of the best layouts of each objective (default 1)",
-    )
-    search.add_argument(
-        "--objective",
-        choices=list(objectives.OBJECTIVES),
-        default="peak",
-        help="what the winner left serving is best at: c1 (tok/s per request at C=1), peak (aggregate "
-        "tok/s), capacity (aggregate within --slo), goodput, tok_per_joule (tokens per joule of GPU energy, with "
-        "--gpu-interval); every objective's winner is reported",
-    )
-    search.add_argument(
-        "--knee",
-        type=bounded(0.0, 10.0, kind=float),
-        default=0.05,
-        help="stop raising C when aggregate tok/s gains less than this fraction over the level before (0: never)",
-    )
-    search.add_argument(
-        "--budget",
-        type=parse_duration,
-        default=0.0,
-        help="the time the search may take, e.g. 4h: a launch that would end past it (by the launches measured so"
-        " far, their starts included) is not made, and the report lists what was left (default: no limit)",
-    )
-    search.add_argument(
-        "--clear-margin",
-        type=bounded(0.0, 10.0, kind=float),
-        default=0.05,
-        help="a winner is clear when it beats the next by at least this fraction",
-    )
-    search.add_argument(
-        "--leave",
-        choices=["best", "original", "none"],
-        default="best",
-        help="what serves at the end: the winner (default), the layout from before, or the last candidate",
-    )
-    search.add_argument("--resume", default="", metavar="ID", help="resume this search (running the same command does too)")
-    search.add_argument("--quiet", action="store_true", help="only the plan, one line per candidate and the report")
+    for names, spec in _SEARCH_OPTIONS:
+        search.add_argument(*names, **spec)
     Workload.add_cli_args(search, default_levels=SEARCH_LEVELS)
 
 
@@ -250,38 +278,22 @@ def api_key(args: argparse.Namespace) -> str:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    workload = Workload.from_cli_args(args)
-    problems, prompts = _checked(workload)
+    """`run`'s input checked (refused input is said and leaves no record), then benchmarks/run.py measures."""
+    problems, prompts = _checked(Workload.from_cli_args(args))
     problems += [problem for problem in [results.results_dir_problem(args.results_dir)] if problem]
-    if args.url:
-        try:  # refused input is said and leaves no record; an endpoint that fails is recorded as failed
-            args.url = check_url(args.url)
-        except EndpointError as exc:
-            problems.append(str(exc))
+    url, key = "", ""
+    try:
+        url = check_url(args.url) if args.url else ""
+        key = api_key(args)
+    except EndpointError as exc:
+        problems.append(str(exc))
+    options = RunOptions.from_cli_args(args, url=url, api_key=key)
     if not problems:
-        problems += _hosts_problems(args)
+        problems += hosts_problems(options)
     if problems:
         print("\n".join(f"error: {problem}" for problem in problems), file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="sglang-bench-prompts-") as tmp:
-        prompts_file = dataset.write_prompts(prompts, Path(tmp) / "prompts.jsonl") if prompts else None
-        return _run(args, workload, prompts_file)
-
-
-def _hosts_problems(args: argparse.Namespace) -> list[str]:
-    """The inventory hosts the run names (--server-host, --loadgen-hosts) are there, before anything is measured."""
-    named = {"--server-host": [args.server_host] if args.server_host else []}
-    if args.loadgen not in LOCAL:
-        named["--loadgen-hosts"] = args.loadgen.split(",")
-    if not any(named.values()):
-        return []
-    try:
-        read = read_inventory(args.inventory)
-        for option, hosts in named.items():
-            read.require(hosts, args.inventory, option)
-    except InventoryError as exc:
-        return [str(exc)]
-    return []
+    return main_run(options, prompts)
 
 
 def _checked(workload: Workload) -> tuple[list[str], list[dataset.Prompt]]:
@@ -293,128 +305,6 @@ def _checked(workload: Workload) -> tuple[list[str], list[dataset.Prompt]]:
         except dataset.DatasetError as exc:
             problems.append(str(exc))
     return problems, prompts
-
-
-def _run(args: argparse.Namespace, workload: Workload, prompts_file: Path | None) -> int:
-    loads = (
-        f"request rates {','.join(f'{r:g}' for r in workload.request_rates)}/s"
-        if workload.open_loop
-        else (f"levels {','.join(map(str, workload.levels))}")
-    )
-    record: dict[str, Any] = {
-        "kind": "sglang-benchmark-run",
-        "started": results.utc_stamp(),
-        "commit": results.project_commit(),
-        "workload": {k: v for k, v in vars(workload).items()},
-        "endpoint": args.url or "",
-        "server_host": args.server_host or "",
-    }
-    host, layout = args.server_host or "", args.layout
-    try:
-        key = api_key(args)
-        if args.url:
-            url = args.url
-            host = host or (url.split("//", 1)[1].replace(":", "_"))
-            info = probe(url, key)
-            record["server"] = {"url": url, "sglang_version": info.get("version"), "server_args": info}
-            if workload.model == Workload.model:  # not named: the one the endpoint serves (a router routes by it)
-                workload = replace(workload, model=served_model(url, key) or workload.model)
-                record["workload"]["model"] = workload.model
-            layout = layout or _layout_from_info(info)
-            print(f"benchmarking {url} ({layout}), {loads}", flush=True)
-            sweep = _measure(
-                workload,
-                args.slo,
-                url=url,
-                inventory=args.inventory,
-                loadgen=args.loadgen,
-                api_key=key,
-                prompts_file=prompts_file,
-            )
-            bottleneck.attach(sweep.levels, record["server"])  # again: the sweep knew no /server_info (its cap)
-        else:
-            print(f"benchmarking the active layout of {args.server_host}, {loads}", flush=True)
-            sweep = _measure(
-                workload,
-                args.slo,
-                server_host=args.server_host,
-                inventory=args.inventory,
-                loadgen=args.loadgen,
-                api_key=key,
-                prompts_file=prompts_file,
-            )
-            record["server"] = sweep.server
-            layout = layout or sweep.server.get("layout", "")
-    except EndpointError as exc:
-        record.update(status="failed", error=str(exc), levels=[])
-        path = results.save_record(record, args.results_dir, host or "unknown", layout or "unknown")
-        print(f"error: {exc}\nrecorded as failed: {path}", file=sys.stderr)
-        return 2
-    record.update(status=sweep.status, error=sweep.error, levels=sweep.levels, finished=results.utc_stamp())
-    if args.slo:
-        capacity = capacity_sentence(sweep.levels, args.slo)
-        bounds = [vars(bound) for bound in args.slo]
-        record["slo"] = {"bounds": bounds, "bracket": list(slo.bracket(sweep.levels, args.slo)), "capacity": capacity}
-    if sweep.status == "interrupted" and not sweep.levels:  # nothing measured, and no layout read: nothing to keep
-        print("interrupted before any level finished: nothing measured, nothing recorded", flush=True)
-        return 130
-    print(report.level_table(sweep.levels) if sweep.levels else "no level ran")  # first: a full disk loses no figure
-    if args.slo:
-        print(record["slo"]["capacity"])
-    print(f"{sweep.status}{': ' + sweep.error if sweep.error else ''}", flush=True)
-    try:
-        path = results.save_record(record, args.results_dir, host or sweep.server.get("host", "unknown"), layout or "unknown")
-    except OSError as exc:
-        print(
-            f"error: the record could not be saved under {args.results_dir} ({exc.strerror or exc}); nothing partial was "
-            f"left there. The figures are in the table above; {results.write_fix(exc)}, and run again to keep a record.",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"saved {path}")
-    return 0 if sweep.status == "complete" else 1
-
-
-def _measure(workload: Workload, bounds: list[slo.Bound], **where: Any) -> SweepResult:
-    """The sweep as asked, or with --slo the levels up to the SLO and the bisection of its capacity."""
-    if not bounds:
-        return _repeated(workload, **where)
-    done = measure_levels(
-        workload,
-        lambda one, after_level=None: run_sweep(one, **where, progress=lambda _: None, after_level=after_level),
-        bounds=bounds,
-        note=lambda line: print(f"  {line}"),
-    )
-    error = "" if done.status == "complete" else done.stopped
-    status = "complete" if done.status == "complete" and done.levels else done.status
-    return SweepResult(status=status, levels=done.levels, server=done.server, error=error, locust_s=done.locust_s)
-
-
-def _repeated(workload: Workload, **where: Any) -> SweepResult:
-    """The sweep, --repeats times; with several, each level's headline figures become means with 95% intervals."""
-    runs: list[SweepResult] = []
-    for repeat in range(workload.repeats):
-        if workload.repeats > 1:
-            print(f"repeat {repeat + 1} of {workload.repeats}", flush=True)
-        # After a hang nothing higher is measured: the server sends no token again (each level would wait it out).
-        runs.append(run_sweep(workload, **where, after_level=lambda level: level.get("status") != "hung"))
-        if runs[-1].status == "interrupted":
-            break
-    if len(runs) == 1:
-        return runs[0]
-    statuses = {run.status for run in runs}
-    status = "interrupted" if "interrupted" in statuses else "complete" if statuses == {"complete"} else "partial"
-    levels = repeats.merge_runs([run.levels for run in runs])
-    error = next((run.error for run in runs if run.error), "")
-    locust_s = sum(run.locust_s for run in runs)
-    return SweepResult(status=status, levels=levels, server=runs[-1].server, error=error, locust_s=locust_s)
-
-
-def _layout_from_info(info: dict[str, Any]) -> str:
-    if not info:
-        return "unknown"
-    sizes = {key: info.get(f"{key}_size") or 1 for key in ("tp", "ep", "pp", "dp")}
-    return "-".join(f"{key}{value}" for key, value in sizes.items())
 
 
 def main(argv: list[str] | None = None) -> int:

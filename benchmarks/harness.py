@@ -12,6 +12,7 @@ only) report how late one process sends against its own schedule (actual minus p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -21,11 +22,12 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness_tables, results, token_server
+from benchmarks import harness_tables, locust_command, results, token_server
 from benchmarks.metrics import level_metrics
 from benchmarks.records import RequestRecord
 from benchmarks.workload import Workload
@@ -104,111 +106,33 @@ def _read(path: Path) -> list[RequestRecord]:
     return out
 
 
-def _locust_argv(url: str, records: Path, output_tokens: int, run_time_s: int, *level_options: str) -> list[str]:
-    """Headless Locust on the project's workload (8-token prompts, no /metrics sampling), plus one level's options."""
+def _locust_argv(url: str, records: Path, output_tokens: int, run_time_s: int, **level: Any) -> list[str]:
+    """Headless Locust on the project's workload (8-token prompts, no /metrics sampling), with one level's options
+    built as the benchmark playbook builds them (benchmarks/locust_command.py)."""
     return [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(REPO / "benchmarks" / "locustfile.py"),
-        "--headless",
-        "--only-summary",
-        "--loglevel=ERROR",
-        f"--run-time={run_time_s}s",
-        f"--host={url}",
+        *(sys.executable, "-m", "locust", "-f", str(REPO / "benchmarks" / "locustfile.py")),
+        *locust_command.level_options(host=url, records=records, run_time_s=run_time_s, loglevel="ERROR", **level),
         *Workload(levels=[1], input_tokens=8, output_tokens=output_tokens, metrics_interval=0.0).locust_options(),
-        f"--bench-records={records}",
-        *level_options,
     ]
 
 
 def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict[str, Any]:
     """One client (locust, locust xN for N Locust processes, or asyncio) reading one scenario from the token server."""
-    port, server_cpu = _free_port(), _pin(0)
-    serve_argv = [sys.executable, "-m", "benchmarks", "harness", "serve", "--port", str(port), "--itl-ms", str(scenario.itl_ms)]
-    server = subprocess.Popen(serve_argv, cwd=REPO, preexec_fn=lambda: os.sched_setaffinity(0, server_cpu))
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        # One file per scenario and client: Locust appends, so a file met twice would mix two measurements.
-        records = work / (re.sub(r"[^a-z0-9]+", "-", f"{scenario.name} {client}".lower()).strip("-") + ".jsonl")
-        requests = scenario.rounds * scenario.concurrency
-        url = f"http://127.0.0.1:{port}"
-        if scenario.rate:
-            argv = _locust_argv(
-                url,
-                records,
-                scenario.output_tokens,
-                # Well inside the timeout: a process that falls behind its schedule still stops and writes its records.
-                int(timeout / 4),
-                "--users=1",
-                "--spawn-rate=1",
-                f"--bench-request-rate={scenario.rate}",
-                f"--bench-warmup={int(scenario.rate * 0.2)}",
-                f"--bench-requests={int(scenario.rate * scenario.seconds)}",
-            )
-        elif client.startswith("locust"):
-            argv = _locust_argv(
-                url,
-                records,
-                scenario.output_tokens,
-                int(timeout),
-                f"--users={scenario.concurrency}",
-                f"--spawn-rate={scenario.concurrency}",
-                f"--bench-requests={requests}",
-                *(_processes_argv(int(client.removeprefix("locust x"))) if client.startswith("locust x") else []),
-            )
-        else:
-            argv = [
-                sys.executable,
-                "-m",
-                "benchmarks.asyncio_client",
-                "--url",
-                url,
-                "--concurrency",
-                str(scenario.concurrency),
-                "--requests",
-                str(requests),
-                "--output-tokens",
-                str(scenario.output_tokens),
-                "--records",
-                str(records),
-            ]
-        wall, cpu, status = _run_measured(argv, _pin(1), timeout)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-    asked = {"target_rate": scenario.rate, "burstiness": 1.0, "max_concurrency": 0} if scenario.rate else None
-    level = level_metrics(_read(records), None if asked else scenario.concurrency, None, asked) if records.exists() else {}
-    tokens_consumed = sum(r.streamed_tokens for r in _read(records)) if records.exists() else 0
-    if asked:
-        arrival = level.get("arrival") or {}
-        return {
-            "scenario": scenario.name,
-            "client": client,
-            "status": status,
-            "wall_s": wall,
-            "client_cpu_pct": 100 * cpu / wall if wall else None,
-            "target_rate": scenario.rate,
-            "planned_rate": arrival.get("planned_rate"),
-            "achieved_rate": arrival.get("achieved_rate"),
-            "lateness_p50_ms": (arrival.get("lateness_ms") or {}).get("p50"),
-            "lateness_p99_ms": (arrival.get("lateness_ms") or {}).get("p99"),
-            "requests": level.get("requests", 0),
-            "failed": level.get("failed", 0),
-        }
+    # One file per scenario and client: Locust appends, so a file met twice would mix two measurements.
+    records = work / (re.sub(r"[^a-z0-9]+", "-", f"{scenario.name} {client}".lower()).strip("-") + ".jsonl")
+    with _token_server(scenario.itl_ms) as url:
+        wall, cpu, status = _run_measured(_client_argv(scenario, client, url, records, timeout), _pin(1), timeout)
+    read = _read(records) if records.exists() else []
+    figures = {"scenario": scenario.name, "client": client, "status": status, "wall_s": wall}
+    figures["client_cpu_pct"] = 100 * cpu / wall if wall else None
+    if scenario.rate:
+        asked = {"target_rate": scenario.rate, "burstiness": 1.0, "max_concurrency": 0}
+        return {**figures, **_open_loop_figures(scenario, level_metrics(read, None, None, asked) if read else {})}
+    level = level_metrics(read, scenario.concurrency, None, None) if read else {}
+    tokens_consumed = sum(r.streamed_tokens for r in read)
     return {
-        "scenario": scenario.name,
-        "client": client,
-        "status": status,
-        "wall_s": wall,
+        **figures,
         "cpu_s": cpu,
-        "client_cpu_pct": 100 * cpu / wall if wall else None,
         "tokens": tokens_consumed,
         "tok_per_cpu_s": tokens_consumed / cpu if cpu else None,
         "aggregate_tok_s": level.get("aggregate_tok_s"),
@@ -217,6 +141,60 @@ def measure(scenario: Scenario, client: str, work: Path, timeout: float) -> dict
         "itl_p99_ms": (level.get("itl_ms") or {}).get("p99"),
         "decode_p50": (level.get("decode_tok_s") or {}).get("p50"),
         "true_decode": 1000 / scenario.itl_ms,
+    }
+
+
+@contextlib.contextmanager
+def _token_server(itl_ms: float) -> Iterator[str]:
+    """The token server on a CPU of its own, up (its /health answers): its URL."""
+    port, server_cpu = _free_port(), _pin(0)
+    serve_argv = [sys.executable, "-m", "benchmarks", "harness", "serve", "--port", str(port), "--itl-ms", str(itl_ms)]
+    server = subprocess.Popen(serve_argv, cwd=REPO, preexec_fn=lambda: os.sched_setaffinity(0, server_cpu))
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _client_argv(scenario: Scenario, client: str, url: str, records: Path, timeout: float) -> list[str]:
+    requests = scenario.rounds * scenario.concurrency
+    if scenario.rate:
+        # Well inside the timeout: a process that falls behind its schedule still stops and writes its records.
+        rate = {"users": 1, "request_rate": scenario.rate, "warmup": int(scenario.rate * 0.2)}
+        return _locust_argv(
+            url, records, scenario.output_tokens, int(timeout / 4), **rate, requests=int(scenario.rate * scenario.seconds)
+        )
+    if client.startswith("locust"):
+        processes = _processes_argv(int(client.removeprefix("locust x"))) if client.startswith("locust x") else []
+        level = {"users": scenario.concurrency, "requests": requests}
+        return [*_locust_argv(url, records, scenario.output_tokens, int(timeout), **level), *processes]
+    asyncio_client = (sys.executable, "-m", "benchmarks.asyncio_client", "--url", url, "--records", str(records))
+    return [
+        *asyncio_client,
+        *("--concurrency", str(scenario.concurrency), "--requests", str(requests)),
+        "--output-tokens",
+        str(scenario.output_tokens),
+    ]
+
+
+def _open_loop_figures(scenario: Scenario, level: dict[str, Any]) -> dict[str, Any]:
+    arrival = level.get("arrival") or {}
+    lateness = arrival.get("lateness_ms") or {}
+    return {
+        "target_rate": scenario.rate,
+        "planned_rate": arrival.get("planned_rate"),
+        "achieved_rate": arrival.get("achieved_rate"),
+        "lateness_p50_ms": lateness.get("p50"),
+        "lateness_p99_ms": lateness.get("p99"),
+        "requests": level.get("requests", 0),
+        "failed": level.get("failed", 0),
     }
 
 

@@ -30,6 +30,18 @@ def project_commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
+def new_run_record(workload: dict[str, Any], *, endpoint: str = "", server_host: str = "") -> dict[str, Any]:
+    """The start of a run's record (`run`'s and each search candidate's): what was asked, of which server, when."""
+    return {
+        "kind": "sglang-benchmark-run",
+        "started": utc_stamp(),
+        "commit": project_commit(),
+        "workload": workload,
+        "endpoint": endpoint,
+        "server_host": server_host,
+    }
+
+
 def safe_name(text: str) -> str:
     """A path component from a host or layout name (no separators, never empty, bounded; long ones keep a hash)."""
     name = _UNSAFE.sub("_", text).strip("._") or "unknown"

@@ -78,122 +78,178 @@ def _sweep(
     prompts_file: Path | None,
     after_level: Callable[[dict[str, Any]], bool] | None,
 ) -> SweepResult:
-
-    output_dir = private / "artifacts" / "records"
-    output_dir.mkdir(parents=True)
-    private_tmp = private / "tmp"
-    private_tmp.mkdir()
+    output_dir, private_tmp, gate_dir = _private_dirs(private, gated=after_level is not None)
     if workload.dataset and prompts_file is None:
         prompts_file = dataset.write_prompts(dataset.load_prompts(Path(workload.dataset)), private / "prompts.jsonl")
-    # On the load generator (this machine's temporary folder when it is local) and on the server host; both
-    # named here so that an interrupted sweep removes them (playbooks/benchmark_stop.yml for the remote ones).
-    local_tmp = Path(tempfile.gettempdir()) if loadgen in LOCAL else Path("/tmp")
-    work_dir = str(local_tmp / f"{leftovers.prefix(leftovers.WORK)}{secrets.token_hex(8)}")
-    gpu_work_dir = f"/tmp/{leftovers.prefix(leftovers.GPU)}{secrets.token_hex(8)}"
-    extravars = {
-        **workload.extravars(),
-        "bench_output_dir": str(output_dir),
-        "bench_loadgen": loadgen,
-        "bench_locustfile": str(LOCUSTFILE),
-        "bench_api_key": api_key,
-        "bench_work_dir": work_dir,
-        "bench_gpu_work_dir": gpu_work_dir,
+    work_dir, gpu_work_dir = _work_dirs(loadgen)
+    given = {"bench_output_dir": str(output_dir), "bench_loadgen": loadgen, "bench_api_key": api_key}
+    given |= {"bench_work_dir": work_dir, "bench_gpu_work_dir": gpu_work_dir}
+    given |= {
+        "bench_gate_dir": gate_dir,
+        "bench_url": url,
+        "bench_server_host": server_host,
+        "bench_prompts_source": prompts_file,
     }
-    if loadgen in LOCAL:  # here: this venv's Locust; elsewhere the one playbooks/loadgen.yml installed
-        extravars["bench_locust"] = str(Path(sys.executable).parent / "locust")
-    if prompts_file is not None:
-        extravars["bench_prompts_source"] = str(prompts_file)
-    gate_dir = private / "gate"
-    if after_level is not None:
-        gate_dir.mkdir()
-        extravars["bench_gate_dir"] = str(gate_dir)
-    if url:
-        extravars["bench_url"] = url
-    if server_host:
-        extravars["bench_server_host"] = server_host
-    vars_file = unsafe_vars_file(private / "bench-vars.yml", extravars)
-    interrupted = {"flag": False}
-    pending = workload.level_keys()
-    started: dict[str, float] = {}
-    finished: set[str] = set()  # levels whose Locust run ended (their records are complete)
-    judged: dict[str, bool] = {}  # after_level's word per level
-
-    def judge(data: dict[str, Any]) -> None:
-        """The level's records are back: after_level's word, for the playbook's next level to read."""
-        if after_level is None:
-            return
-        reported = (data.get("res", {}).get("ansible_stats", {}).get("data", {}) or {}).get(seam.LEVELS_RUN, {})
-        for key, run in reported.items():
-            if key in judged:
-                continue
-            arrival = workload.arrival(key)
-            path = records_path(output_dir, key)
-            level = summarize_level(
-                None if arrival else int(key), path, run, workload.measured_requests(key), workload.goodput, arrival
-            )
-            try:
-                judged[key] = bool(after_level(level))
-            finally:  # a caller that raised stops the sweep rather than leaving the playbook waiting
-                word = "go" if judged.get(key) else "stop"
-                (gate_dir / f".after-{key}").write_text(word)
-                (gate_dir / f".after-{key}").rename(gate_dir / f"after-{key}")
-
-    def on_event(event: dict[str, Any]) -> bool:
-        data = event.get("event_data", {})
-        if event.get("event") == "runner_on_ok" and is_level_report(data):
-            judge(data)
-        is_locust = is_locust_task(data)
-        if event.get("event") == "playbook_on_task_start" and is_locust:
-            started["t"] = time.monotonic()
-            if pending:
-                key = started["key"] = pending.pop(0)
-                measured = workload.measured_requests(key)
-                progress(f"  {_name(workload, key)}: running ({measured} measured requests, at most {workload.level_timeout} s)")
-        if event.get("event") in ("runner_on_ok", "runner_on_failed") and is_locust:
-            key = started.get("key", "?")
-            rc = data.get("res", {}).get("rc")
-            finished.add(key)
-            took = time.monotonic() - started.get("t", time.monotonic())
-            started["locust"] = started.get("locust", 0.0) + took
-            progress(f"  {_name(workload, key)}: locust finished in {took:.1f} s (rc {rc})")
-        return True
-
-    def on_interrupt(signum: int, frame: object) -> None:
-        if interrupted["flag"]:
-            return
-        interrupted["flag"] = True
-        progress("  interrupted: stopping the level in progress (and everything it started); levels done are kept")
-        stop_process_tree()
-
+    vars_file = unsafe_vars_file(private / "bench-vars.yml", _extravars(workload, given))
+    events = _LevelEvents(workload, output_dir, gate_dir, progress, after_level, pending=workload.level_keys())
+    envvars = _runner_env(private_tmp)
     # Only the main thread may take signals; a search over several hosts runs sweeps in threads (it takes Ctrl-C itself).
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
-    envvars = {
+    previous = signal.signal(signal.SIGINT, events.on_interrupt) if in_main else None
+    try:
+        runner = run_playbook(
+            private,
+            PLAYBOOK,
+            inventory,
+            vars_file,
+            envvars,
+            event_handler=events.on_event,
+            cancel_callback=lambda: events.interrupted,
+        )
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        if events.interrupted:
+            remote = {"bench_server_host": server_host, "bench_gpu_work_dir": gpu_work_dir, "bench_work_dir": work_dir}
+            _stop_interrupted(private, inventory, envvars, progress, loadgen, remote, events.finished, output_dir)
+    stats = _artifact_data(runner)
+    levels = _levels(workload, output_dir, stats.get(seam.LEVELS_RUN, {}))
+    server = stats.get(seam.SERVER, {})
+    bottleneck.attach(levels, server)  # a bare URL's caller names them again with its /server_info
+    status = "interrupted" if events.interrupted else _status(workload, levels, events.judged)
+    error = "" if status in ("complete", "interrupted") else _failure_reason(runner, levels)
+    return SweepResult(status=status, levels=levels, server=server, error=error, locust_s=events.locust_s)
+
+
+def _private_dirs(private: Path, *, gated: bool) -> tuple[Path, Path, Path | None]:
+    """The records' folder, the modules' TMPDIR and (with a caller's word after each level) the gate folder."""
+    output_dir, private_tmp, gate_dir = private / "artifacts" / "records", private / "tmp", private / "gate"
+    for folder in (output_dir, private_tmp, *([gate_dir] if gated else [])):
+        folder.mkdir(parents=True)
+    return output_dir, private_tmp, gate_dir if gated else None
+
+
+def _work_dirs(loadgen: str) -> tuple[str, str]:
+    """Locust's folder on the load generator (this machine's temporary folder when it is local) and the GPU
+    sampler's on the server host: named here so that an interrupted sweep removes them (playbooks/benchmark_stop.yml
+    for the remote ones)."""
+    local_tmp = Path(tempfile.gettempdir()) if loadgen in LOCAL else Path("/tmp")
+    work_dir = str(local_tmp / f"{leftovers.prefix(leftovers.WORK)}{secrets.token_hex(8)}")
+    return work_dir, f"/tmp/{leftovers.prefix(leftovers.GPU)}{secrets.token_hex(8)}"
+
+
+def _runner_env(private_tmp: Path) -> dict[str, str]:
+    return {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         # Modules run here unpack into TMPDIR; an interrupted one leaves that behind unless it is ours.
         "TMPDIR": str(private_tmp),
     }
-    try:
-        runner = run_playbook(
-            private, PLAYBOOK, inventory, vars_file, envvars, event_handler=on_event, cancel_callback=lambda: interrupted["flag"]
-        )
-    finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
-        if interrupted["flag"]:
-            stop_process_tree()  # anything started between the signal and the runner's return
-            if loadgen in LOCAL:
-                _keep_finished_levels(Path(work_dir), output_dir, finished)
-                shutil.rmtree(work_dir, ignore_errors=True)
-            remote = {"bench_server_host": server_host, "bench_gpu_work_dir": gpu_work_dir, "bench_work_dir": work_dir}
-            if loadgen not in LOCAL:
-                remote["bench_remote_loadgen"] = loadgen
-            if server_host or loadgen not in LOCAL:
-                stop_on_hosts(private, inventory, remote, envvars, progress)
-    stats = _artifact_data(runner)
-    levels_run = stats.get(seam.LEVELS_RUN, {})
-    server = stats.get(seam.SERVER, {})
+
+
+def _stop_interrupted(
+    private: Path,
+    inventory: Path | None,
+    envvars: dict[str, str],
+    progress: Callable[[str], None],
+    loadgen: str,
+    remote: dict[str, str],
+    finished: set[str],
+    output_dir: Path,
+) -> None:
+    """After Ctrl-C: whatever was started here stops, finished levels' records are kept, and the hosts' own
+    leftovers (the GPU sampler, a remote Locust and their folders) go by playbooks/benchmark_stop.yml."""
+    stop_process_tree()  # anything started between the signal and the runner's return
+    work_dir = remote["bench_work_dir"]
+    if loadgen in LOCAL:
+        _keep_finished_levels(Path(work_dir), output_dir, finished)
+        shutil.rmtree(work_dir, ignore_errors=True)
+    else:
+        remote = {**remote, "bench_remote_loadgen": loadgen}
+    if remote["bench_server_host"] or loadgen not in LOCAL:
+        stop_on_hosts(private, inventory, remote, envvars, progress)
+
+
+def _extravars(workload: Workload, given: dict[str, Any]) -> dict[str, Any]:
+    """The playbook's variables: the workload's, then the sweep's own (those left empty are not passed)."""
+    extravars = {**workload.extravars(), "bench_locustfile": str(LOCUSTFILE)}
+    extravars |= {
+        name: str(value) if isinstance(value, Path) else value
+        for name, value in given.items()
+        if value or name == "bench_api_key"
+    }
+    if extravars["bench_loadgen"] in LOCAL:  # here: this venv's Locust; elsewhere the one playbooks/loadgen.yml installed
+        extravars["bench_locust"] = str(Path(sys.executable).parent / "locust")
+    return extravars
+
+
+@dataclass
+class _LevelEvents:
+    """What the playbook's events say while it runs: which level Locust is on, which are done, the caller's word
+    on each (`after_level`, handed to the playbook through the gate folder) and Ctrl-C."""
+
+    workload: Workload
+    output_dir: Path
+    gate_dir: Path | None
+    progress: Callable[[str], None]
+    after_level: Callable[[dict[str, Any]], bool] | None
+    pending: list[str]
+    finished: set[str] = field(default_factory=set)  # levels whose Locust run ended (their records are complete)
+    judged: dict[str, bool] = field(default_factory=dict)  # after_level's word per level
+    interrupted: bool = False
+    locust_s: float = 0.0
+    _level: str = "?"
+    _started: float = 0.0
+
+    def judge(self, data: dict[str, Any]) -> None:
+        """The level's records are back: after_level's word, for the playbook's next level to read."""
+        if self.after_level is None or self.gate_dir is None:
+            return
+        reported = (data.get("res", {}).get("ansible_stats", {}).get("data", {}) or {}).get(seam.LEVELS_RUN, {})
+        for key, run in reported.items():
+            if key in self.judged:
+                continue
+            workload, arrival = self.workload, self.workload.arrival(key)
+            path = records_path(self.output_dir, key)
+            level = summarize_level(
+                None if arrival else int(key), path, run, workload.measured_requests(key), workload.goodput, arrival
+            )
+            try:
+                self.judged[key] = bool(self.after_level(level))
+            finally:  # a caller that raised stops the sweep rather than leaving the playbook waiting
+                word = "go" if self.judged.get(key) else "stop"
+                (self.gate_dir / f".after-{key}").write_text(word)
+                (self.gate_dir / f".after-{key}").rename(self.gate_dir / f"after-{key}")
+
+    def on_event(self, event: dict[str, Any]) -> bool:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and is_level_report(data):
+            self.judge(data)
+        is_locust = is_locust_task(data)
+        if event.get("event") == "playbook_on_task_start" and is_locust:
+            self._started = time.monotonic()
+            if self.pending:
+                self._level = key = self.pending.pop(0)
+                measured, bound = self.workload.measured_requests(key), self.workload.level_timeout
+                self.progress(f"  {_name(self.workload, key)}: running ({measured} measured requests, at most {bound} s)")
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and is_locust:
+            self.finished.add(self._level)
+            took = time.monotonic() - (self._started or time.monotonic())
+            self.locust_s += took
+            rc = data.get("res", {}).get("rc")
+            self.progress(f"  {_name(self.workload, self._level)}: locust finished in {took:.1f} s (rc {rc})")
+        return True
+
+    def on_interrupt(self, signum: int, frame: object) -> None:
+        if self.interrupted:
+            return
+        self.interrupted = True
+        self.progress("  interrupted: stopping the level in progress (and everything it started); levels done are kept")
+        stop_process_tree()
+
+
+def _levels(workload: Workload, output_dir: Path, levels_run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each level that started, summarized from its records, with the server's GPU samples where taken."""
     levels = []
     for key in workload.level_keys():
         path = records_path(output_dir, key)
@@ -207,21 +263,19 @@ def _sweep(
         if samples.is_file():
             level["gpus"] = gpu_telemetry.summarize(gpu_telemetry.parse_dmon(samples.read_text()), workload.gpu_interval)
         levels.append(level)
-    bottleneck.attach(levels, server)  # a bare URL's caller names them again with its /server_info
-    if interrupted["flag"]:
-        status = "interrupted"
-    elif not levels:
-        status = "failed"
-    elif all(level["status"] == "ok" for level in levels) and (
-        len(levels) == len(workload.level_keys()) or judged.get(workload.level_keys()[len(levels) - 1]) is False
+    return levels
+
+
+def _status(workload: Workload, levels: list[dict[str, Any]], judged: dict[str, bool]) -> str:
+    """complete: every level, or every level until the caller said stop; partial: some measured; else failed."""
+    keys = workload.level_keys()
+    if not levels:
+        return "failed"
+    if all(level["status"] == "ok" for level in levels) and (
+        len(levels) == len(keys) or judged.get(keys[len(levels) - 1]) is False
     ):
-        status = "complete"  # every level, or every level until the caller said stop
-    elif any(level["status"] != "failed" for level in levels):
-        status = "partial"
-    else:
-        status = "failed"
-    error = "" if status in ("complete", "interrupted") else _failure_reason(runner, levels)
-    return SweepResult(status=status, levels=levels, server=server, error=error, locust_s=started.get("locust", 0.0))
+        return "complete"
+    return "partial" if any(level["status"] != "failed" for level in levels) else "failed"
 
 
 def run_playbook(

@@ -129,6 +129,108 @@ def field_default(name: str) -> Any:
     return declared.default_factory() if callable(declared.default_factory) else declared.default
 
 
+# `run`'s and `search`'s workload options after --levels and --request-rates: each sets the Workload field
+# of its name (dashes for underscores) and defaults to it. To add one: a field, then a row here.
+_FIELD_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    (
+        "--burstiness",
+        {
+            "type": bounded(0.01, 100.0, kind=float),
+            "help": "open loop: gamma inter-arrivals of this shape (1: Poisson; below 1 burstier, above 1 steadier; "
+            "vLLM's meaning)",
+        },
+    ),
+    (
+        "--max-concurrency",
+        {
+            "type": bounded(0, 100_000),
+            "help": "open loop: at most this many requests in flight; a request due while all are busy waits (0: no cap)",
+        },
+    ),
+    ("--endpoint", {"choices": ["chat", "generate"]}),
+    ("--model", {"help": "model name sent to the OpenAI endpoint"}),
+    ("--input-tokens", {"type": bounded(1, 1_000_000)}),
+    ("--output-tokens", {"type": bounded(1, 1_000_000)}),
+    (
+        "--range-ratio",
+        {
+            "type": bounded(0.0, 1.0, kind=float),
+            "help": "input and output lengths uniform in [target x ratio, target] per request, seeded (bench_serving's "
+            "--random-range-ratio; default 1: fixed lengths)",
+        },
+    ),
+    ("--seed", {"type": bounded(0, 2**31 - 1)}),
+    (
+        "--vocab-size",
+        {
+            "type": bounded(32, 100_000_000),
+            "help": "--endpoint generate: prompt token ids are drawn below this; set the model's vocab_size",
+        },
+    ),
+    ("--warmup", {"type": bounded(-1, 1_000_000), "help": "requests excluded first (default -1: one per user)"}),
+    ("--rounds", {"type": bounded(1, 10_000), "help": "measured requests per level = max(--min-requests, rounds x C)"}),
+    ("--min-requests", {"type": bounded(1, 1_000_000)}),
+    ("--level-timeout", {"type": bounded(1, 86_400), "help": "seconds a level may run at most"}),
+    (
+        "--stall-timeout",
+        {
+            "type": bounded(1, 86_400, kind=float),
+            "help": "seconds without a token on any open stream before the level ends as a hang (a verdict, not a"
+            " wait for every request's timeout; NCCL peer-to-peer can hang so on PCIe boxes)",
+        },
+    ),
+    ("--metrics-interval", {"type": bounded(0, 3600, kind=float), "help": "seconds between /metrics samples (0: off)"}),
+    (
+        "--gpu-interval",
+        {
+            "type": bounded(0, 3600),
+            "help": "seconds between samples of the server host's GPUs (nvidia-smi dmon) during each level (0: off); "
+            "with --server-host only",
+        },
+    ),
+    ("--processes", {"type": bounded(1, 256), "help": "load-generator processes (Locust --processes)"}),
+    (
+        "--repeats",
+        {
+            "type": bounded(1, 100),
+            "help": "measure each level N times: every headline figure as the mean with a 95%% interval, and a "
+            "layout called better only when the intervals separate",
+        },
+    ),
+    (
+        "--dataset",
+        {
+            "metavar": "FILE",
+            "help": 'prompts from a local file: ShareGPT JSON, or JSON lines {"prompt": ..., "output_len": N} '
+            "(output_len optional; never downloaded); used in a seeded order",
+        },
+    ),
+    (
+        "--prefix-groups",
+        {
+            "type": bounded(0, 1_000_000),
+            "help": "shared-prefix workload: request i starts with group i mod G's prefix (with --prefix-tokens)",
+        },
+    ),
+    ("--prefix-tokens", {"type": bounded(0, 1_000_000), "help": "the length of each group's shared prefix"}),
+    (
+        "--flush-cache",
+        {"action": "store_true", "help": "empty the server's prefix cache (SGLang /flush_cache) before each level"},
+    ),
+    (
+        "--goodput",
+        {
+            "type": parse_goodput,
+            "nargs": "+",
+            "action": _Pairs,
+            "metavar": "KEY:MS",
+            "help": "request-level bounds (ttft, tpot, e2el in ms, e.g. ttft:2000 tpot:50): each level also reports the "
+            "good requests per second, good tok/s and good fraction",
+        },
+    ),
+)
+
+
 @dataclass
 class Workload:
     levels: list[int]  # closed loop: the concurrencies (ignored when request_rates are given)
@@ -165,7 +267,6 @@ class Workload:
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser, *, default_levels: str = DEFAULT_LEVELS) -> None:
         """The workload's options, one per field (the field's name with dashes), each defaulting to its field."""
-        add = parser.add_argument
         load = parser.add_mutually_exclusive_group()
         load.add_argument(
             "--levels",
@@ -180,118 +281,8 @@ class Workload:
             help="open loop instead: requests per second, one level each (e.g. 1,4,16); requests arrive on a seeded "
             "schedule whether or not earlier ones returned",
         )
-        add(
-            "--burstiness",
-            type=bounded(0.01, 100.0, kind=float),
-            default=field_default("burstiness"),
-            help="open loop: gamma inter-arrivals of this shape (1: Poisson; below 1 burstier, above 1 steadier; vLLM's meaning)",
-        )
-        add(
-            "--max-concurrency",
-            type=bounded(0, 100_000),
-            default=field_default("max_concurrency"),
-            help="open loop: at most this many requests in flight; a request due while all are busy waits (0: no cap)",
-        )
-        add("--endpoint", choices=["chat", "generate"], default=field_default("endpoint"))
-        add("--model", default=field_default("model"), help="model name sent to the OpenAI endpoint")
-        add("--input-tokens", type=bounded(1, 1_000_000), default=field_default("input_tokens"))
-        add("--output-tokens", type=bounded(1, 1_000_000), default=field_default("output_tokens"))
-        add(
-            "--range-ratio",
-            type=bounded(0.0, 1.0, kind=float),
-            default=field_default("range_ratio"),
-            help="input and output lengths uniform in [target x ratio, target] per request, seeded (bench_serving's "
-            "--random-range-ratio; default 1: fixed lengths)",
-        )
-        add("--seed", type=bounded(0, 2**31 - 1), default=field_default("seed"))
-        add(
-            "--vocab-size",
-            type=bounded(32, 100_000_000),
-            default=field_default("vocab_size"),
-            help="--endpoint generate: prompt token ids are drawn below this; set the model's vocab_size",
-        )
-        add(
-            "--warmup",
-            type=bounded(-1, 1_000_000),
-            default=field_default("warmup"),
-            help="requests excluded first (default -1: one per user)",
-        )
-        add(
-            "--rounds",
-            type=bounded(1, 10_000),
-            default=field_default("rounds"),
-            help="measured requests per level = max(--min-requests, rounds x C)",
-        )
-        add("--min-requests", type=bounded(1, 1_000_000), default=field_default("min_requests"))
-        add(
-            "--level-timeout",
-            type=bounded(1, 86_400),
-            default=field_default("level_timeout"),
-            help="seconds a level may run at most",
-        )
-        add(
-            "--stall-timeout",
-            type=bounded(1, 86_400, kind=float),
-            default=field_default("stall_timeout"),
-            help="seconds without a token on any open stream before the level ends as a hang (a verdict, not a"
-            " wait for every request's timeout; NCCL peer-to-peer can hang so on PCIe boxes)",
-        )
-        add(
-            "--metrics-interval",
-            type=bounded(0, 3600, kind=float),
-            default=field_default("metrics_interval"),
-            help="seconds between /metrics samples (0: off)",
-        )
-        add(
-            "--gpu-interval",
-            type=bounded(0, 3600),
-            default=field_default("gpu_interval"),
-            help="seconds between samples of the server host's GPUs (nvidia-smi dmon) during each level (0: off); "
-            "with --server-host only",
-        )
-        add(
-            "--processes",
-            type=bounded(1, 256),
-            default=field_default("processes"),
-            help="load-generator processes (Locust --processes)",
-        )
-        add(
-            "--repeats",
-            type=bounded(1, 100),
-            default=field_default("repeats"),
-            help="measure each level N times: every headline figure as the mean with a 95%% interval, and a "
-            "layout called better only when the intervals separate",
-        )
-        add(
-            "--dataset",
-            default=field_default("dataset"),
-            metavar="FILE",
-            help='prompts from a local file: ShareGPT JSON, or JSON lines {"prompt": ..., "output_len": N} '
-            "(output_len optional; never downloaded); used in a seeded order",
-        )
-        add(
-            "--prefix-groups",
-            type=bounded(0, 1_000_000),
-            default=field_default("prefix_groups"),
-            help="shared-prefix workload: request i starts with group i mod G's prefix (with --prefix-tokens)",
-        )
-        add(
-            "--prefix-tokens",
-            type=bounded(0, 1_000_000),
-            default=field_default("prefix_tokens"),
-            help="the length of each group's shared prefix",
-        )
-        add("--flush-cache", action="store_true", help="empty the server's prefix cache (SGLang /flush_cache) before each level")
-        add(
-            "--goodput",
-            type=parse_goodput,
-            nargs="+",
-            action=_Pairs,
-            default={},
-            metavar="KEY:MS",
-            help="request-level bounds (ttft, tpot, e2el in ms, e.g. ttft:2000 tpot:50): each level also reports the "
-            "good requests per second, good tok/s and good fraction",
-        )
+        for option, spec in _FIELD_OPTIONS:
+            parser.add_argument(option, default=field_default(option.removeprefix("--").replace("-", "_")), **spec)
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> Workload:

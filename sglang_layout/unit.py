@@ -99,6 +99,16 @@ class UnitSpec:
         }
 
 
+def _check_slice(layout: Layout, gpu_ids: list[int] | None) -> None:
+    if gpu_ids and len(gpu_ids) < layout.gpus_per_node:
+        raise text.refuse(
+            "sglang_gpu_ids",
+            gpu_ids,
+            f"{layout.name} needs {layout.gpus_per_node} GPUs per node, the slice has {len(gpu_ids)}",
+            "give the instance more GPUs or deploy a smaller layout",
+        )
+
+
 def unit_spec(
     layout: Layout,
     *,
@@ -125,13 +135,7 @@ def unit_spec(
     (several servers on one machine) runs on its GPU slice, `gpu_ids`, under a unit name of its own.
     """
     instance = instances.instance_name(instance)
-    if gpu_ids and len(gpu_ids) < layout.gpus_per_node:
-        raise text.refuse(
-            "sglang_gpu_ids",
-            gpu_ids,
-            f"{layout.name} needs {layout.gpus_per_node} GPUs per node, the slice has {len(gpu_ids)}",
-            "give the instance more GPUs or deploy a smaller layout",
-        )
+    _check_slice(layout, gpu_ids)
     venv, cuda_home, state_dir = _install_paths(venv, cuda_home, state_dir, user, group, python_version)
     if secrets_source is not None:
         secrets_source = text.absolute_path("sglang_service_secrets_dir", secrets_source, example="/etc/sglang/secrets/k26.yaml")

@@ -482,58 +482,36 @@ class _Launcher:
 
     def __call__(self, position: int, entry: dict[str, Any], on: str, interrupts: _Interrupts) -> bool:
         """One candidate on host `on` (on all its nodes, if multi-node): deploy, measure, record. True to stop the search."""
-        options, say, note = self.options, self.say, self.note
         candidate = self.by_name[entry["name"]]
-        if over := self.over_budget():
-            entry.update(status="skipped", reasons=[over])
-            say(f"[{position}/{len(self.todo)}] {candidate.name} ({candidate.label}): not launched: {over}")
-            self.save()
-            return False
-        if twin := self._twin(entry):
-            entry.update({key: twin[key] for key in TWIN_FIELDS if key in twin}, status="measured", same_server_as=twin["name"])
-            say(
-                f"[{position}/{len(self.todo)}] {candidate.name} ({candidate.label}): SGLang resolves it to the same server"
-                f" as {twin['name']} (the same arguments and environment): recorded as {twin['name']}, not launched"
-            )
-            self.save()
+        if self._recorded_unlaunched(entry, f"[{position}/{len(self.todo)}] {candidate.name} ({candidate.label})"):
             return False
         began = time.monotonic()
         span = entry.get("nodes") or [on]  # a multi-node candidate: every node, measured through rank 0
-        on = span[0]
-        where = f" on {' + '.join(span)}" if len(options.hosts) > 1 else ""
-        say(f"[{position}/{len(self.todo)}] {candidate.name} ({candidate.label}): deploying{where}")
+        where = f" on {' + '.join(span)}" if len(self.options.hosts) > 1 else ""
+        self.say(f"[{position}/{len(self.todo)}] {candidate.name} ({candidate.label}): deploying{where}")
         entry.update(status="running", started=results.utc_stamp(), **({"host": "+".join(span)} if where else {}))
         self.save()
         deployed = playbooks.deploy(
-            options.inventory,
+            self.options.inventory,
             ",".join(span),
             candidate.name,
             self.plan.layouts_for_deploy,
             cancel=lambda: interrupts.count > 1,
-            phase=lambda p, n=candidate.name: note(f"  {n}: {p}{where}"),
+            phase=lambda p, n=candidate.name: self.note(f"  {n}: {p}{where}"),
         )
         if not deployed.ok:
-            entry.update(
-                status="interrupted" if interrupts.count > 1 else "failed_to_start",
-                error=deployed.message,
-                duration_s=round(time.monotonic() - began, 1),
-                finished=results.utc_stamp(),
-            )
+            failed = "interrupted" if interrupts.count > 1 else "failed_to_start"
+            took = round(time.monotonic() - began, 1)
+            entry.update(status=failed, error=deployed.message, duration_s=took, finished=results.utc_stamp())
             self.save()
-            say(f"  {candidate.name} did not start: {deployed.message.splitlines()[0] if deployed.message else 'no message'}")
+            first_line = deployed.message.splitlines()[0] if deployed.message else "no message"
+            self.say(f"  {candidate.name} did not start: {first_line}")
             return interrupts.stop
-        entry["load_s"] = deployed.load_s
-        entry["gpu_used_mib"] = deployed.gpu_used_mib
-        if deployed.startup:
-            entry["startup"] = deployed.startup
-        loaded = f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else ""
-        phases = f" ({search_report.startup_text(deployed.startup)})" if deployed.startup else ""
-        note(f"  {candidate.name}: serving{loaded}{phases}{where}")
-        if interrupts.stop:
-            entry["status"] = "interrupted"
-            self.save()
-            return True
-        measured = _measure(candidate, entry, options, note, self.plan.identifier, on)
+        self._record_start(candidate, entry, deployed, where)
+        on = span[0]
+        measured = (
+            "interrupted" if interrupts.stop else _measure(candidate, entry, self.options, self.note, self.plan.identifier, on)
+        )
         entry["duration_s"] = round(time.monotonic() - began, 1)
         # The search's own cost: everything but loading the model and Locust sending requests.
         entry["overhead_s"] = round(entry["duration_s"] - (deployed.load_s or 0.0) - entry.get("locust_s", 0.0), 1)
@@ -542,17 +520,46 @@ class _Launcher:
             self.save()
             return True
         self.save()
+        self._say_measured(candidate, entry)
+        return False
+
+    def _recorded_unlaunched(self, entry: dict[str, Any], head: str) -> bool:
+        """Past the budget, or the same server as one measured: recorded so, not launched."""
+        if over := self.over_budget():
+            entry.update(status="skipped", reasons=[over])
+            self.say(f"{head}: not launched: {over}")
+        elif twin := self._twin(entry):
+            entry.update({key: twin[key] for key in TWIN_FIELDS if key in twin}, status="measured", same_server_as=twin["name"])
+            self.say(
+                f"{head}: SGLang resolves it to the same server as {twin['name']} (the same arguments and environment):"
+                f" recorded as {twin['name']}, not launched"
+            )
+        else:
+            return False
+        self.save()
+        return True
+
+    def _record_start(self, candidate: Candidate, entry: dict[str, Any], deployed: playbooks.DeployResult, where: str) -> None:
+        entry["load_s"] = deployed.load_s
+        entry["gpu_used_mib"] = deployed.gpu_used_mib
+        if deployed.startup:
+            entry["startup"] = deployed.startup
+        loaded = f" after {deployed.load_s:.1f} s of loading" if deployed.load_s else ""
+        phases = f" ({search_report.startup_text(deployed.startup)})" if deployed.startup else ""
+        self.note(f"  {candidate.name}: serving{loaded}{phases}{where}")
+
+    def _say_measured(self, candidate: Candidate, entry: dict[str, Any]) -> None:
+        """Its figures, its time and, from the launches so far, how long the rest will take."""
         with self.lock:
             self.durations.append(entry["duration_s"])
-            left = sum(1 for e in self.todo if e["status"] in ("pending", "running")) / len(options.hosts)
+            left = sum(1 for e in self.todo if e["status"] in ("pending", "running")) / len(self.options.hosts)
             mean = sum(self.durations) / len(self.durations)
         scores = entry.get("scores") or {}
-        say(
+        self.say(
             f"  {candidate.name}: {entry['status']}, C=1 {_fig(scores.get('c1'))} tok/s, peak {_fig(scores.get('peak'))} tok/s"
             f" at C={scores.get('peak_c') or '-'} ({entry.get('stopped') or 'all levels'}); {_minutes(entry['duration_s'])}"
             + (f"; about {_minutes(mean * left)} left" if left else "")
         )
-        return False
 
 
 def _launch_all(launch: _Launcher, options: SearchOptions, todo: list[dict[str, Any]]) -> bool:
@@ -729,14 +736,7 @@ def _measure(
 ) -> str:
     """Every level on this one launch, lowest first, until the knee or the SLO; one run record for the candidate."""
     workload = options.workload
-    record: dict[str, Any] = {
-        "kind": "sglang-benchmark-run",
-        "started": results.utc_stamp(),
-        "commit": results.project_commit(),
-        "workload": dict(vars(workload)),
-        "endpoint": "",
-        "server_host": host,
-    }
+    record = results.new_run_record(dict(vars(workload)), server_host=host)
     measured = measure_levels(
         workload,
         lambda one, after_level=None: run_sweep(
@@ -754,36 +754,41 @@ def _measure(
         resolution=options.resolution,
         note=lambda line: note(f"  {candidate.name}: {line}"),
     )
-    levels, status, stopped, locust_s = measured.levels, measured.status, measured.stopped, measured.locust_s
+    levels, stopped = measured.levels, measured.stopped
     usable = any(slo.usable(level) for level in levels)
-    record.update(
-        status=status,
-        error="" if usable else stopped,
-        levels=levels,
-        server=measured.server,
-        finished=results.utc_stamp(),
-        search={
-            "id": identifier,
-            "candidate": candidate.name,
-            "layout": candidate.layout,
-            "overrides": candidate.overrides,
-            "hash": entry["hash"],
-            "load_s": entry.get("load_s"),
-            "stopped": stopped,
-        },
-    )
+    search = {"id": identifier, "candidate": candidate.name, "layout": candidate.layout, "overrides": candidate.overrides}
+    search |= {"hash": entry["hash"], "load_s": entry.get("load_s"), "stopped": stopped}
+    record.update(status=measured.status, error="" if usable else stopped, levels=levels, server=measured.server, search=search)
+    record["finished"] = results.utc_stamp()
     if levels:
-        try:
-            saved = results.save_record(record, options.results_dir, host, candidate.name)
-        except OSError as exc:
-            figures = objectives.scores(levels, options.slo)
-            raise ResultsWriteError(
-                f"{candidate.name}'s record could not be written under {options.results_dir} ({exc.strerror or exc}); "
-                f"it measured C=1 {_fig(figures.get('c1'))} tok/s, peak {_fig(figures.get('peak'))} tok/s. "
-                f"The manifest keeps every candidate finished before it: {results.write_fix(exc)}, then run the same "
-                f"command to measure {candidate.name} again"
-            ) from exc
-        entry["record"] = str(saved)
+        entry["record"] = _saved(record, candidate, options, host)
+    _record_figures(entry, levels, stopped, measured.locust_s, options)
+    if measured.status == "interrupted":
+        return "interrupted"
+    entry["status"] = "measured" if usable else "failed_requests"
+    if not usable:
+        entry["error"] = stopped or "no request completed"
+    return entry["status"]
+
+
+def _saved(record: dict[str, Any], candidate: Candidate, options: SearchOptions, host: str) -> str:
+    """The candidate's run record, written; a write that fails says what was measured and how to keep it."""
+    try:
+        return str(results.save_record(record, options.results_dir, host, candidate.name))
+    except OSError as exc:
+        figures = objectives.scores(record["levels"], options.slo)
+        raise ResultsWriteError(
+            f"{candidate.name}'s record could not be written under {options.results_dir} ({exc.strerror or exc}); "
+            f"it measured C=1 {_fig(figures.get('c1'))} tok/s, peak {_fig(figures.get('peak'))} tok/s. "
+            f"The manifest keeps every candidate finished before it: {results.write_fix(exc)}, then run the same "
+            f"command to measure {candidate.name} again"
+        ) from exc
+
+
+def _record_figures(
+    entry: dict[str, Any], levels: list[dict[str, Any]], stopped: str, locust_s: float, options: SearchOptions
+) -> None:
+    """The candidate's figures in the manifest: its levels, scores, curves and, when it hung, the hang."""
     entry.update(
         locust_s=round(locust_s, 1),
         levels_run=[level["concurrency"] for level in levels],
@@ -799,12 +804,6 @@ def _measure(
         entry["hung"] = {"level": hung.get("concurrency"), **(hung.get("bottleneck") or {})}
         if figures := gpu_telemetry.headline(hung.get("gpus")):
             entry["hung"]["gpus"] = figures
-    if status == "interrupted":
-        return "interrupted"
-    entry["status"] = "measured" if usable else "failed_requests"
-    if not usable:
-        entry["error"] = stopped or "no request completed"
-    return entry["status"]
 
 
 def _curve(levels: list[dict[str, Any]]) -> list[list[float]]:

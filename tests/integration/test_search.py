@@ -40,12 +40,11 @@ WORKLOAD = ("--output-tokens", "32", "--rounds", "2", "--min-requests", "4", "--
 KNOBS = {"num-continuous-decode-steps": 4, "env.NCCL_P2P_DISABLE": "1"}
 SEARCHED = (
     # ep8-tuned (group_vars) decodes on ep8's clock: one launch more that would only tie.
-    *("--layouts", "tp8,pp8,ep8,ep4,tp4ep2,tp2ep4", "--levels", "1,16,64", "--knee", "0.25", "--top", "1"),
+    *("--layouts", "tp8,ep8,ep4,tp4ep2,tp2ep4", "--levels", "1,16,64", "--knee", "0.25", "--top", "1"),
     *("--grid", "num-continuous-decode-steps=1,4", "--grid", "env.NCCL_P2P_DISABLE=0,1"),
 )
 KEYS = {
     "tp8": "tp8-ep1-pp1-dp1",
-    "pp8": "tp1-ep1-pp8-dp1",
     "ep8": "tp8-ep8-pp1-dp1",
     "ep4": "tp8-ep4-pp1-dp1",
 }
@@ -159,9 +158,9 @@ def test_the_winners_follow_the_clock_and_the_peak_winner_is_left_serving(search
 
 
 def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_and_says_what_each_did(searched):
-    """Stage 1 the six layouts (four launched), stage 2 each value alone on EP8 (best at C=1) and EP4 (best at
+    """Stage 1 the five layouts (three launched), stage 2 each value alone on EP8 (best at C=1) and EP4 (best at
     peak), the default decode steps recorded as the layout itself, stage 3 EP4's two that paid together:
-    11 launches, where the full grid has 6 x 2 x 2 = 24 candidates (16 launches past preflight) and no layout
+    10 launches, where the full grid has 5 x 2 x 2 = 20 candidates (12 launches past preflight) and no layout
     on its own flags to say what each knob did."""
     done, results, state = searched
     by_name = {entry["name"]: entry for entry in state["candidates"]}
@@ -175,8 +174,8 @@ def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_an
         assert not records(results, default["name"])
     # Stage 2 ran on EP8 and EP4 only: the others' knob candidates were skipped, with the reason.
     skipped = {e["layout"]: e["reasons"][0] for e in state["candidates"] if e["status"] == "skipped"}
-    assert sum(1 for e in state["candidates"] if e["status"] == "skipped") == 4 * 4  # four values on four layouts
-    assert all("best 1 layouts per objective only (c1: ep8; peak: ep4)" in skipped[name] for name in ("tp8", "pp8"))
+    assert sum(1 for e in state["candidates"] if e["status"] == "skipped") == 4 * 3  # four values on three layouts
+    assert "best 1 layouts per objective only (c1: ep8; peak: ep4)" in skipped["tp8"]
     assert skipped["tp4ep2"] == "its layout tp4ep2 is refused" and skipped["tp2ep4"] == "its layout tp2ep4 is refused"
     # What each knob did against its layout alone: the flag +25% at C=1 on EP8 (inter-token time x 0.8), +12% at
     # peak on EP4 only; the environment value +20% at peak on EP4 only (above C=16); both +34% on EP4, kept.
@@ -191,7 +190,7 @@ def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_an
     assert "what each knob did (against the same layout on its declared flags):" in done.stdout
     assert "where each start went (SGLang's own log lines, from the unit's start):" in done.stdout
     assert "mean start to ready: " in done.stdout
-    assert "11 launched" in done.stdout and "staged: 11 launches where the full grid has 24 candidates" in done.stdout
+    assert "10 launched" in done.stdout and "staged: 10 launches where the full grid has 20 candidates" in done.stdout
     (markdown,) = results.glob("*/searches/*.md")
     assert "## What each knob did" in markdown.read_text()
 
@@ -199,9 +198,9 @@ def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_an
 def test_the_knee_skips_levels_past_saturation(searched):
     _, _, state = searched
     by_name = {entry["name"]: entry for entry in state["candidates"]}
-    # PP8 saturates at 396 tok/s by C=16 (37 tok/s x 16 > 396): C=64 adds little, and the knee says so;
+    # EP8 saturates at 961 tok/s by C=16 (65 tok/s x 16 > 961): C=64 adds little, and the knee says so;
     # EP4 (45 tok/s x 16 = 720 of its 1,531) and TP8 (26 x 16 = 421 of 808) had room left, and no knee.
-    assert by_name["pp8"]["stopped"].startswith("knee: C=64 gained")
+    assert by_name["ep8"]["stopped"].startswith("knee: C=64 gained")
     assert not by_name["ep4"]["stopped"].startswith("knee") and not by_name["tp8"]["stopped"].startswith("knee")
 
 
@@ -218,14 +217,14 @@ def test_running_the_same_search_again_launches_nothing(searched, provisioned):
     _, results, state = searched
     again = search(provisioned, results, *SEARCHED)
     assert again.returncode == 0, again.stdout[-3000:]
-    assert "0 to launch, 2 refused by preflight, 12 kept from the earlier run" in again.stdout
+    assert "0 to launch, 2 refused by preflight, 11 kept from the earlier run" in again.stdout
     assert the_manifest(results)["id"] == state["id"]
     assert all(len(records(results, name)) == 1 for name in KEYS)
 
 
 def test_a_noise_level_knob_is_not_adopted_and_a_layout_that_hangs_is_named_and_the_search_goes_on(provisioned, tmp_path):
     """One search, two of the box's realities (issues of a real PCIe box):
-    - NCCL_P2P_DISABLE=0 changes nothing here: the C=1 winner is plain EP8, clear against EP4, the value said to
+    - NCCL_P2P_DISABLE=1 changes nothing on EP8: the C=1 winner is plain EP8, clear against EP4, the value said to
       tie; with --objective c1 plain EP8 is what is left serving and handed over for group_vars, with no knob;
     - EP4 hangs past 16 decoding requests unless P2P is off (the field's workaround): its C=64 level ends after
       the 5 s stall bound, not the 600 s level timeout, named a communication hang with the known workarounds,
@@ -236,35 +235,27 @@ def test_a_noise_level_knob_is_not_adopted_and_a_layout_that_hangs_is_named_and_
     effects = [dict(e, cures_hang=True) if e.get("env") == "NCCL_P2P_DISABLE" else e for e in GPU_HOST["effects"]]
     options = ("--layouts", ",".join(layouts), "--levels", "1,64", "--stall-timeout", "5", "--top", "2", "--objective", "c1")
     with changed_json(simulation, hang_above={"tp8-ep4-pp1-dp1": 16}, effects=effects):
-        done = search(provisioned, tmp_path, *options, "--grid", "env.NCCL_P2P_DISABLE=0,1")
+        done = search(provisioned, tmp_path, *options, "--grid", "env.NCCL_P2P_DISABLE=1")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     state = the_manifest(tmp_path)
     by_name = {entry["name"]: entry for entry in state["candidates"]}
-    noop, cured = (
-        {layout: candidates.candidate_name(layout, {"env.NCCL_P2P_DISABLE": v}) for layout in ("ep8", "ep4")} for v in "01"
-    )
-    assert {name for name, entry in by_name.items() if entry["status"] == "measured"} == {
-        "ep8",
-        "ep4",
-        *noop.values(),
-        *cured.values(),
-    }
+    cured = {layout: candidates.candidate_name(layout, {"env.NCCL_P2P_DISABLE": "1"}) for layout in layouts}
+    assert {name for name, entry in by_name.items() if entry["status"] == "measured"} == {"ep8", "ep4", *cured.values()}
 
     c1 = state["winners"]["c1"]
     assert (c1["name"], c1["overrides"], c1["clear"]) == ("ep8", {}, True) and by_name[c1["runner_up"]]["layout"] == "ep4"
     assert c1["knobs"] == "knobs: none beat plain ep8 beyond the noise"
-    assert {name for name, _ in c1["tied"]} == {noop["ep8"], cured["ep8"]}  # neither value does anything on EP8
+    assert {name for name, _ in c1["tied"]} == {cured["ep8"]}  # P2P off does nothing on EP8
     assert "knobs: none beat plain ep8 beyond the noise; tied within the noise: " in done.stdout
     assert state["serving_at_end"] == "ep8" == serving(provisioned)
     handed = done.stdout.split("the c1 winner, ready for group_vars:")[1].split("serving now:")[0]
     assert "sglang_layouts:\n  ep8:\n" in handed and "NCCL_P2P_DISABLE" not in handed
 
-    for name in ("ep4", noop["ep4"]):  # P2P on: hung at C=64
-        hung = by_name[name]
-        assert hung["levels_run"] == [1, 64] and hung["stopped"].startswith("C=64 hung"), name
-        assert hung["hung"]["level"] == 64 and hung["hung"]["name"] == "communication hang"
-        assert "NCCL_P2P_DISABLE=1" in hung["hung"]["evidence"]
-        assert hung["locust_s"] < 120  # the hung level ended by the 5 s stall bound
+    hung = by_name["ep4"]  # P2P on: hung at C=64
+    assert hung["levels_run"] == [1, 64] and hung["stopped"].startswith("C=64 hung")
+    assert hung["hung"]["level"] == 64 and hung["hung"]["name"] == "communication hang"
+    assert "NCCL_P2P_DISABLE=1" in hung["hung"]["evidence"]
+    assert hung["locust_s"] < 120  # the hung level ended by the 5 s stall bound
     assert "communication hang" in done.stdout
     assert by_name[cured["ep4"]]["levels_run"] == [1, 64] and "hung" not in by_name[cured["ep4"]]
     peak = state["winners"]["peak"]

@@ -12,14 +12,12 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from tests.rehearsal import apt_repo, real_server, real_sglang, stopping
 from tests.rehearsal import real_box as real_boxes
-from tests.rehearsal.bench import benchmarks, on_box
 from tests.rehearsal.playbook import run_playbook
-from tests.rehearsal.search_strategies import stored_manifest, winners
+from tests.rehearsal.search_strategies import timed_search, winners
 
 LAYOUTS = {"cpu-a": {"tp": 1}}
 AXES = ("--grid", "num-continuous-decode-steps=1,4", "--grid", "schedule-policy=fcfs,lpm")
@@ -29,20 +27,10 @@ WORKLOAD += ("--min-requests", "8", "--rounds", "2", "--metrics-interval", "0", 
 
 
 def searched(box_name: str, inventory: Path, results: Path, strategy: str, vocab: int) -> tuple[dict, float]:
-    began = time.monotonic()
-    done = benchmarks(
-        "search",
-        *on_box(box_name, inventory),
-        *("--layouts", ",".join(LAYOUTS), *AXES, "--strategy", strategy, *WORKLOAD, "--vocab-size", str(vocab)),
-        "--results-dir",
-        str(results),
-        timeout=7200,
-    )
-    wall = time.monotonic() - began
-    print(done.stdout[-6000:])
-    if done.returncode != 0:
-        raise SystemExit(f"the {strategy} search failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
-    return stored_manifest(results), wall
+    options = ("--layouts", ",".join(LAYOUTS), *AXES, *WORKLOAD, "--vocab-size", str(vocab))
+    manifest, wall, printed = timed_search(box_name, inventory, results, strategy, *options)
+    print(printed[-6000:])
+    return manifest, wall
 
 
 def main() -> int:

@@ -40,19 +40,19 @@ def winners(manifest: dict) -> dict[str, str]:
 
 
 def searched(box: boxes.Box, inventory: Path, results: Path, strategy: str) -> tuple[dict, float]:
+    manifest, wall, _ = timed_search(box.name, inventory, results, strategy, "--layouts", LAYOUTS, *AXES, *WORKLOAD)
+    return manifest, wall
+
+
+def timed_search(box_name: str, inventory: Path, results: Path, strategy: str, *options: str) -> tuple[dict, float, str]:
+    """One search with this strategy on the box: its stored manifest, its wall time and what it printed."""
     began = time.monotonic()
-    done = benchmarks(
-        "search",
-        *on_box(box.name, inventory),
-        *("--layouts", LAYOUTS, *AXES, "--strategy", strategy, *WORKLOAD),
-        "--results-dir",
-        str(results),
-        timeout=7200,
-    )
+    where = ("--results-dir", str(results))
+    done = benchmarks("search", *on_box(box_name, inventory), "--strategy", strategy, *options, *where, timeout=7200)
     wall = time.monotonic() - began
     if done.returncode != 0:
         raise SystemExit(f"the {strategy} search failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
-    return stored_manifest(results), wall
+    return stored_manifest(results), wall, done.stdout
 
 
 def stored_manifest(results: Path) -> dict:
