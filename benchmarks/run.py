@@ -34,7 +34,7 @@ class RunOptions:
     def from_cli_args(cls, args: argparse.Namespace, *, url: str, api_key: str) -> RunOptions:
         """The options from `run`'s command line (named as these fields); the URL comes checked and the key read."""
         given = {item.name: getattr(args, item.name) for item in fields(cls) if hasattr(args, item.name)}
-        return cls(**{**given, "workload": Workload.from_cli_args(args), "url": url or "", "api_key": api_key})
+        return cls(**{**given, "workload": Workload.from_cli_args(args), "url": url, "api_key": api_key})
 
     def where(self, prompts_file: Path | None) -> dict[str, Any]:
         """What the sweep measures and from where (run_sweep's keywords)."""

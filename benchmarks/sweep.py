@@ -82,15 +82,15 @@ def _sweep(
     if workload.dataset and prompts_file is None:
         prompts_file = dataset.write_prompts(dataset.load_prompts(Path(workload.dataset)), private / "prompts.jsonl")
     work_dir, gpu_work_dir = _work_dirs(loadgen)
-    given = {"bench_output_dir": str(output_dir), "bench_loadgen": loadgen, "bench_api_key": api_key}
+    given = {"bench_output_dir": output_dir, "bench_loadgen": loadgen, "bench_api_key": api_key}
     given |= {"bench_work_dir": work_dir, "bench_gpu_work_dir": gpu_work_dir}
-    given |= {
+    optional = {
         "bench_gate_dir": gate_dir,
         "bench_url": url,
         "bench_server_host": server_host,
         "bench_prompts_source": prompts_file,
     }
-    vars_file = unsafe_vars_file(private / "bench-vars.yml", _extravars(workload, given))
+    vars_file = unsafe_vars_file(private / "bench-vars.yml", _extravars(workload, given, optional))
     events = _LevelEvents(workload, output_dir, gate_dir, progress, after_level, pending=workload.level_keys())
     envvars = _runner_env(private_tmp)
     # Only the main thread may take signals; a search over several hosts runs sweeps in threads (it takes Ctrl-C itself).
@@ -170,14 +170,11 @@ def _stop_interrupted(
         stop_on_hosts(private, inventory, remote, envvars, progress)
 
 
-def _extravars(workload: Workload, given: dict[str, Any]) -> dict[str, Any]:
-    """The playbook's variables: the workload's, then the sweep's own (those left empty are not passed)."""
+def _extravars(workload: Workload, given: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:
+    """The playbook's variables: the workload's, the sweep's own, and those of `optional` that are set."""
+    sweep = {**given, **{name: value for name, value in optional.items() if value}}
     extravars = {**workload.extravars(), "bench_locustfile": str(LOCUSTFILE)}
-    extravars |= {
-        name: str(value) if isinstance(value, Path) else value
-        for name, value in given.items()
-        if value or name == "bench_api_key"
-    }
+    extravars |= {name: str(value) if isinstance(value, Path) else value for name, value in sweep.items()}
     if extravars["bench_loadgen"] in LOCAL:  # here: this venv's Locust; elsewhere the one playbooks/loadgen.yml installed
         extravars["bench_locust"] = str(Path(sys.executable).parent / "locust")
     return extravars
