@@ -2,6 +2,8 @@
 
 It never connects to the host: every fact arrives as an argument, either from
 -e values and controller-side files or from what earlier tasks read on the host.
+When deploying (the `unit` argument: where this host sits), it also renders the chosen layout's systemd
+unit from the same parsed declaration: the name, ExecStart, environment and sandbox the swap writes.
 """
 
 from __future__ import annotations
@@ -18,13 +20,26 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_layout import defaults, oracle, report
+from sglang_layout import defaults, nodes, oracle, report
 from sglang_layout.command import SECRETS_FILE_IN_UNIT
 from sglang_layout.hardening import parse_overrides
 from sglang_layout.model_size import ModelConfigError, text_config
 from sglang_layout.preflight import Facts, check_all
-from sglang_layout.schema import DeclarationError, select_layout
+from sglang_layout.schema import DeclarationError, Layout, select_layout
 from sglang_layout.sources import DECLARATION_ARGUMENTS, declaration_from_task, gpu_count, gpu_memory_gib, read_model
+from sglang_layout.unit import unit_spec
+
+# Where the deployed unit sits, beyond what preflight already gets (the install record, CUDA home, GPU slice,
+# hardening): the root-only secrets file, a multi-node layout's hosts in rank order with this host's name and
+# rank 0's address and port, and the instance name (several servers on one machine, sglang_layout.instances).
+UNIT_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "secrets_source": {"type": "str"},
+    "node_hosts": {"type": "list", "elements": "str", "default": []},
+    "node_host": {"type": "str", "default": ""},
+    "dist_init_address": {"type": "raw"},
+    "dist_init_port": {"type": "raw", "default": defaults.DIST_INIT_PORT},
+    "instance": {"type": "str", "default": ""},
+}
 
 ARGUMENT_SPEC = {
     **DECLARATION_ARGUMENTS,
@@ -48,6 +63,8 @@ ARGUMENT_SPEC = {
     "gpu_ids": {"type": "list", "elements": "int", "default": []},
     # The lowest and highest power limit the host's GPUs accept (the GPU record), empty when not recorded.
     "gpu_power_range": {"type": "list", "elements": "float", "default": []},
+    # Deploying: render the chosen layout's unit too (returned as `unit`).
+    "unit": {"type": "dict", "options": UNIT_ARGUMENTS},
 }
 
 
@@ -87,6 +104,36 @@ def _oracle_request(args: dict, asked: list, verdicts: list, overrides: dict) ->
         state_dir=install.get("state_dir") or defaults.STATE_DIR,
         hardening_overrides=overrides,
     )
+
+
+def _unit(args: dict, settings: Any, layout: Layout, overrides: dict) -> dict:
+    """The chosen layout's systemd unit (sglang_layout.unit) on this host, from the install record."""
+    where, install = args["unit"], args["install"]
+    if not install.get("venv"):
+        raise DeclarationError("the unit needs the host's SGLang install record (its venv): run playbooks/provision.yml first")
+    node = None
+    if layout.nnodes > 1:
+        address = nodes.dist_init_addr(where["dist_init_address"], where["dist_init_port"])
+        node = nodes.place(layout.nnodes, where["node_hosts"], where["node_host"], address)
+    return unit_spec(
+        layout,
+        model_slug=settings.model_slug,
+        model_path=settings.model_path,
+        port=settings.port,
+        host=settings.bind_address,
+        venv=install["venv"],
+        python_version=str(install.get("python_version") or "3"),
+        cuda_home=args["cuda_home"] or defaults.CUDA_HOME,
+        base_env={str(k): str(v) for k, v in (install.get("environment") or {}).items()},
+        state_dir=install.get("state_dir") or defaults.STATE_DIR,
+        user=install.get("user") or defaults.SERVICE_USER,
+        group=install.get("group") or defaults.SERVICE_USER,
+        hardening_overrides=overrides,
+        secrets_source=where["secrets_source"] or None,
+        node=node,
+        instance=where["instance"],
+        gpu_ids=args["gpu_ids"] or None,
+    ).to_dict()
 
 
 def _power_range(given: list[float]) -> tuple[float, float] | None:
@@ -137,4 +184,9 @@ class ActionModule(ActionBase):
                 return result
             self._display.warning(f"{refusal} -- going on because preflight is switched off")
             result["overridden"] = refusal
+        if args["unit"] is not None:
+            try:
+                result["unit"] = _unit(args, settings, chosen, overrides)
+            except (DeclarationError, ValueError) as exc:
+                raise AnsibleActionFail(f"unit input: {exc}") from exc
         return result
