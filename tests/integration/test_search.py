@@ -41,7 +41,7 @@ KNOBS = {"num-continuous-decode-steps": 4, "env.NCCL_P2P_DISABLE": "1"}
 SEARCHED = (
     # ep8-tuned (group_vars) decodes on ep8's clock: one launch more that would only tie.
     *("--layouts", "tp8,ep8,ep4,tp4ep2,tp2ep4", "--levels", "1,16,64", "--knee", "0.25", "--top", "1"),
-    *("--grid", "num-continuous-decode-steps=1,4", "--grid", "env.NCCL_P2P_DISABLE=0,1"),
+    *("--grid", "num-continuous-decode-steps=1,4", "--grid", "env.NCCL_P2P_DISABLE=1"),
 )
 KEYS = {
     "tp8": "tp8-ep1-pp1-dp1",
@@ -81,8 +81,8 @@ def knobbed(*axes: str, layout: str = "ep4") -> str:
 
 
 def varied(layout: str) -> set[str]:
-    """Stage 2's four candidates on a layout: each axis's values one at a time."""
-    values = {"num-continuous-decode-steps": (1, 4), "env.NCCL_P2P_DISABLE": ("0", "1")}
+    """Stage 2's three candidates on a layout: each axis's values one at a time."""
+    values = {"num-continuous-decode-steps": (1, 4), "env.NCCL_P2P_DISABLE": ("1",)}
     return {candidates.candidate_name(layout, {axis: value}) for axis, options in values.items() for value in options}
 
 
@@ -157,11 +157,12 @@ def test_the_winners_follow_the_clock_and_the_peak_winner_is_left_serving(search
     assert "num-continuous-decode-steps: 4" in done.stdout and "NCCL_P2P_DISABLE: '1'" in done.stdout
 
 
-def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_and_says_what_each_did(searched):
+def test_the_staged_search_finds_every_knob_where_it_pays_and_says_what_each_did(searched):
     """Stage 1 the five layouts (three launched), stage 2 each value alone on EP8 (best at C=1) and EP4 (best at
     peak), the default decode steps recorded as the layout itself, stage 3 EP4's two that paid together:
-    10 launches, where the full grid has 5 x 2 x 2 = 20 candidates (12 launches past preflight) and no layout
-    on its own flags to say what each knob did."""
+    8 launches. The full grid has 5 x 2 = 10 candidates, 6 past preflight, every one with P2P off: no layout on
+    its own flags to say what each knob did, and no EP8 without it. (That the staged search launches fewer than
+    the grid over many boxes is the strategy evaluator's to show: docs/search.md.)"""
     done, results, state = searched
     by_name = {entry["name"]: entry for entry in state["candidates"]}
     assert state["strategy"] == "staged" and state["explored"]["2"] == {"c1": ["ep8"], "peak": ["ep4"]}
@@ -174,7 +175,7 @@ def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_an
         assert not records(results, default["name"])
     # Stage 2 ran on EP8 and EP4 only: the others' knob candidates were skipped, with the reason.
     skipped = {e["layout"]: e["reasons"][0] for e in state["candidates"] if e["status"] == "skipped"}
-    assert sum(1 for e in state["candidates"] if e["status"] == "skipped") == 4 * 3  # four values on three layouts
+    assert sum(1 for e in state["candidates"] if e["status"] == "skipped") == 3 * 3  # three values on three layouts
     assert "best 1 layouts per objective only (c1: ep8; peak: ep4)" in skipped["tp8"]
     assert skipped["tp4ep2"] == "its layout tp4ep2 is refused" and skipped["tp2ep4"] == "its layout tp2ep4 is refused"
     # What each knob did against its layout alone: the flag +25% at C=1 on EP8 (inter-token time x 0.8), +12% at
@@ -190,7 +191,7 @@ def test_the_staged_search_finds_every_knob_where_it_pays_with_fewer_launches_an
     assert "what each knob did (against the same layout on its declared flags):" in done.stdout
     assert "where each start went (SGLang's own log lines, from the unit's start):" in done.stdout
     assert "mean start to ready: " in done.stdout
-    assert "10 launched" in done.stdout and "staged: 10 launches where the full grid has 20 candidates" in done.stdout
+    assert "8 launched" in done.stdout and "staged: 8 launches where the full grid has 10 candidates" in done.stdout
     (markdown,) = results.glob("*/searches/*.md")
     assert "## What each knob did" in markdown.read_text()
 
@@ -217,7 +218,7 @@ def test_running_the_same_search_again_launches_nothing(searched, provisioned):
     _, results, state = searched
     again = search(provisioned, results, *SEARCHED)
     assert again.returncode == 0, again.stdout[-3000:]
-    assert "0 to launch, 2 refused by preflight, 11 kept from the earlier run" in again.stdout
+    assert "0 to launch, 2 refused by preflight, 9 kept from the earlier run" in again.stdout
     assert the_manifest(results)["id"] == state["id"]
     assert all(len(records(results, name)) == 1 for name in KEYS)
 

@@ -2,10 +2,11 @@
 
 Provision installs sglang==0.5.23 into the box from the wheelhouse downloaded once from PyPI (bound in
 read-only, as an offline mirror would be) and records the flag table from the real --help. One CPU layout
-serves; an ambiguous flag is refused by preflight, and with preflight off the real argparse failure is
-diagnosed and rolled back to it; the last test swaps to the other CPU layout (four real starts in all, each
-about a minute here). The test-only vllm shim reaches the server through a .pth file the test drops into the
-provisioned venv (the layouts' env may not carry PYTHONPATH: docs/security.md), never through a role.
+serves, with an API key from the start; an ambiguous flag is refused by preflight, and with preflight off the
+real argparse failure is diagnosed and rolled back to it (three real starts in all, each about a minute here;
+the swap between two layouts that both start is the stand-in's, test_deploy.py). The test-only vllm shim
+reaches the server through a .pth file the test drops into the provisioned venv (the layouts' env may not carry
+PYTHONPATH: docs/security.md), never through a role.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ LAYOUTS = {
     "cpu-bad": {"tp": 1, "args": {"cuda-graph-max-bs": 64}},
     "cpu-dcpq": {"tp": 1, "args": {"dcp-replicate-q-proj": True}},
 }
+API_KEY = "sk-real-box-7f3a9c2e5d1b4086"
 
 
 @pytest.fixture(scope="module")
 def real_box(real_python, box_support, cuda_repo, tmp_path_factory):
-    with real_boxes.provisioned(real_python, cuda_repo.base_url, tmp_path_factory.mktemp("real-box"), LAYOUTS) as real:
+    directory = tmp_path_factory.mktemp("real-box")
+    with real_boxes.provisioned(real_python, cuda_repo.base_url, directory, LAYOUTS, sglang_api_key=API_KEY) as real:
         yield real
 
 
@@ -61,10 +64,12 @@ def test_unreadable_weights_are_refused_before_the_host_changes(real_box):
 
 
 def test_the_real_server_serves_a_cpu_layout_and_says_where_its_start_went(real_box):
-    """cpu-b serves; the swaps come later: to cpu-bad and back (the rollback), then to cpu-a (the API key test)."""
+    """cpu-b serves, its API key in the inventory (test_the_real_server_takes_its_api_key_... checks it later, after
+    the rollback has started cpu-b again); the verbose run's output holds no trace of the key."""
     box, _, port = real_box
-    done = deploy(real_box, "cpu-b")
+    done = deploy(real_box, "cpu-b", "-v")
     assert done.returncode == 0, done.output[-4000:]
+    assert API_KEY not in done.output
     assert active(box) == ["sglang-tiny-cpu-b.service"]
     assert wait_http(f"http://127.0.0.1:{port}/health_generate", 30) == 200
     # Where the start went, read from the real server's own lines (docs/search.md, startup phases).
@@ -120,6 +125,8 @@ def test_our_benchmark_against_the_deployed_real_server_agrees_with_its_counts(r
         "2",
         "--results-dir",
         str(tmp_path),
+        "--api-key",
+        API_KEY,
         timeout=900,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -133,24 +140,21 @@ def test_our_benchmark_against_the_deployed_real_server_agrees_with_its_counts(r
 
 
 def test_the_real_server_takes_its_api_key_from_the_credential_file_under_the_sandbox(real_box):
+    """cpu-b as the rollback started it again: its key read from the credential file (--config), nowhere else."""
     box, inventory, port = real_box
-    key = "sk-real-box-7f3a9c2e5d1b4086"
-    keyed = run_playbook("deploy.yml", inventory, {"sglang_api_key": key}, "-e", "layout=cpu-a", "-v", timeout=1800)
-    assert keyed.returncode == 0, keyed.output[-4000:]
-    assert key not in keyed.output
-    assert active(box) == ["sglang-tiny-cpu-a.service"]  # the swap from cpu-b, with the key
+    assert active(box) == ["sglang-tiny-cpu-b.service"]
     base = f"http://127.0.0.1:{port}"
     assert wait_http(base + "/health_generate", 30) == 200
     assert wait_http(base + "/v1/models", 5) == 401  # the real server enforces the key it read from --config
     answer = box.run(
-        "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"Authorization: Bearer {key}", base + "/v1/models"
+        "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"Authorization: Bearer {API_KEY}", base + "/v1/models"
     )
     assert answer.stdout == "200"
-    (box.root / "root" / "pattern").write_text(key + "\n")
+    (box.root / "root" / "pattern").write_text(API_KEY + "\n")
     traces = box.run(
         "sh", "-c", "grep -lF -f /root/pattern /proc/[0-9]*/cmdline /etc/systemd/system/* 2>/dev/null", user="root", check=False
     )
     assert traces.stdout.strip() == ""
     status = run_playbook("playbooks/status.yml", inventory)
-    assert "sandbox: sglang-tiny-cpu-a.service:" in status.stdout, status.stdout[-2000:]
+    assert "sandbox: sglang-tiny-cpu-b.service:" in status.stdout, status.stdout[-2000:]
     # The key's removal restarts the server without it: test_deploy_trust.py, on the stand-in (a launch less here).

@@ -52,3 +52,51 @@ def test_a_path_that_cannot_be_read_whole_fails_naming_it(tmp_path, kind):
         path.write_bytes(b"x" * 2048)
     answer = run_module(paths={"config": str(path)}, max_bytes=1024)
     assert answer["failed"] and f"cannot read {path} (config)" in answer["msg"]
+
+
+def test_the_records_and_a_file_one_of_them_names_in_the_same_call(tmp_path):
+    """Preflight's one read: the local facts asked for (as setup's `local` subset gave them) and the flag table the
+    install's record names; a record that is not there is left out, as setup left it out."""
+    facts = tmp_path / "facts.d"
+    facts.mkdir()
+    table = tmp_path / "flags.json"
+    table.write_text('{"options": []}')
+    (facts / "sglang_venv.fact").write_text(json.dumps({"versions": {"0.5.23": {"flag_table": str(table)}}}))
+    (facts / "sglang_gpus.fact").write_text('{"count": 8}')
+    (facts / "someone_elses.fact").write_text('{"not": "asked for"}')
+    answer = run_module(
+        paths={},
+        facts_dir=str(facts),
+        local_facts=["sglang_gpus", "sglang_venv", "cuda_toolkit"],
+        paths_from_facts={"flag_table": ["sglang_venv", "versions", "0.5.23", "flag_table"]},
+        required=["flag_table"],
+    )
+    assert not answer.get("failed"), answer
+    assert set(answer["ansible_facts"]["ansible_local"]) == {"sglang_gpus", "sglang_venv"}
+    assert base64.b64decode(answer["files"]["flag_table"]["content"]) == table.read_bytes()
+    # A record that names no table for the version reads none, and requires none.
+    other = run_module(
+        paths={},
+        facts_dir=str(facts),
+        local_facts=["sglang_venv"],
+        paths_from_facts={"flag_table": ["sglang_venv", "versions", "0.6.0", "flag_table"]},
+        required=["flag_table"],
+    )
+    assert not other.get("failed") and other["files"] == {}
+    # The table it names must be there.
+    table.unlink()
+    gone = run_module(
+        paths={},
+        facts_dir=str(facts),
+        local_facts=["sglang_venv"],
+        paths_from_facts={"flag_table": ["sglang_venv", "versions", "0.5.23", "flag_table"]},
+        required=["flag_table"],
+    )
+    assert gone["failed"] and f"{table} (flag_table)" in gone["msg"]
+
+
+def test_a_record_that_is_not_json_fails_naming_it_and_the_fix(tmp_path):
+    (tmp_path / "sglang_gpus.fact").write_text("count=8\n")
+    answer = run_module(paths={}, facts_dir=str(tmp_path), local_facts=["sglang_gpus"])
+    assert answer["failed"] and f"the record {tmp_path / 'sglang_gpus.fact'} is not JSON" in answer["msg"]
+    assert "run playbooks/provision.yml again" in answer["msg"]
