@@ -19,7 +19,7 @@ options:
   paths:
     description: Files to read, by the name each result is returned under.
     type: dict
-    required: true
+    default: {}
   local_facts:
     description: Local facts to read (C(<facts_dir>/<name>.fact), JSON), returned as C(ansible_local); a missing one is left out.
     type: list
@@ -120,7 +120,7 @@ def path_in(facts: dict, keys: list) -> str | None:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "paths": {"type": "dict", "required": True},
+            "paths": {"type": "dict", "default": {}},
             "local_facts": {"type": "list", "elements": "str", "default": []},
             "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
             "paths_from_facts": {"type": "dict", "default": {}},
