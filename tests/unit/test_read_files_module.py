@@ -54,6 +54,16 @@ def test_a_path_that_cannot_be_read_whole_fails_naming_it(tmp_path, kind):
     assert answer["failed"] and f"cannot read {path} (config)" in answer["msg"]
 
 
+def flag_table_of(facts: Path, version: str) -> dict:
+    """Preflight's read of the flag table the venv record names for `version` (required when it names one)."""
+    return run_module(
+        facts_dir=str(facts),
+        local_facts=["sglang_venv"],
+        paths_from_facts={"flag_table": ["sglang_venv", "versions", version, "flag_table"]},
+        required=["flag_table"],
+    )
+
+
 def test_the_records_and_a_file_one_of_them_names_in_the_same_call(tmp_path):
     """Preflight's one read: the local facts asked for (as setup's `local` subset gave them) and the flag table the
     install's record names; a record that is not there is left out, as setup left it out."""
@@ -75,23 +85,11 @@ def test_the_records_and_a_file_one_of_them_names_in_the_same_call(tmp_path):
     assert set(answer["ansible_facts"]["ansible_local"]) == {"sglang_gpus", "sglang_venv"}
     assert base64.b64decode(answer["files"]["flag_table"]["content"]) == table.read_bytes()
     # A record that names no table for the version reads none, and requires none.
-    other = run_module(
-        paths={},
-        facts_dir=str(facts),
-        local_facts=["sglang_venv"],
-        paths_from_facts={"flag_table": ["sglang_venv", "versions", "0.6.0", "flag_table"]},
-        required=["flag_table"],
-    )
+    other = flag_table_of(facts, "0.6.0")
     assert not other.get("failed") and other["files"] == {}
     # The table it names must be there.
     table.unlink()
-    gone = run_module(
-        paths={},
-        facts_dir=str(facts),
-        local_facts=["sglang_venv"],
-        paths_from_facts={"flag_table": ["sglang_venv", "versions", "0.5.23", "flag_table"]},
-        required=["flag_table"],
-    )
+    gone = flag_table_of(facts, "0.5.23")
     assert gone["failed"] and f"{table} (flag_table)" in gone["msg"]
 
 
