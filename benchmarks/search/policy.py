@@ -58,8 +58,11 @@ def ranked_objectives(entries: Sequence[Entry], policy: Policy) -> list[str]:
 
 
 def incumbents(entries: Sequence[Entry], policy: Policy) -> dict[str, list[str]]:
-    """Per objective, the best `top` layouts of stage 1 (best first)."""
-    return {objective: stages.top_layouts(entries, objective, policy.top) for objective in ranked_objectives(entries, policy)}
+    """Per objective, the best `top` layouts of stage 1 (best first; ties within the clear margin to the first)."""
+    return {
+        objective: stages.top_layouts(entries, objective, policy.top, policy.clear_margin)
+        for objective in ranked_objectives(entries, policy)
+    }
 
 
 def _pending(entries: Sequence[Entry], stage: int, layouts: set[str] | None = None) -> list[str]:
