@@ -58,11 +58,23 @@ def ranked_objectives(entries: Sequence[Entry], policy: Policy) -> list[str]:
 
 
 def incumbents(entries: Sequence[Entry], policy: Policy) -> dict[str, list[str]]:
-    """Per objective, the best `top` layouts of stage 1 (best first; ties within the clear margin to the first)."""
-    return {
-        objective: stages.top_layouts(entries, objective, policy.top, policy.clear_margin)
-        for objective in ranked_objectives(entries, policy)
-    }
+    """Per objective, the best `top` layouts of stage 1 (best first).
+
+    A layout an earlier objective already varies is taken in place of one it ties with (within the clear
+    margin): two layouts on one clock (ep8 and a variant that changes nothing) are not each some objective's
+    incumbent by noise alone, and varied twice (bin/rehearse, 7 Dec 2026)."""
+    chosen: dict[str, list[str]] = {}
+    for objective in ranked_objectives(entries, policy):
+        score = stages.stage_one_scores(entries, objective)
+        varied = [layout for picks in chosen.values() for layout in picks]
+        picks: list[str] = []
+        for layout in stages.top_layouts(entries, objective, policy.top):
+            tied = [o for o in varied if o not in picks and score.get(o, 0.0) * (1 + policy.clear_margin) >= score[layout]]
+            pick = tied[0] if tied and layout not in varied else layout
+            if pick not in picks:
+                picks.append(pick)
+        chosen[objective] = picks
+    return chosen
 
 
 def _pending(entries: Sequence[Entry], stage: int, layouts: set[str] | None = None) -> list[str]:

@@ -57,26 +57,21 @@ def objective_of(scores: Mapping[str, Any], objective: str) -> float | None:
     return float(value) if value else None
 
 
-def top_layouts(entries: Sequence[Mapping[str, Any]], objective: str, k: int, clear_margin: float = 0.0) -> list[str]:
-    """The K layouts whose stage-1 candidate did best on the objective (the measured ones, best first).
+def top_layouts(entries: Sequence[Mapping[str, Any]], objective: str, k: int) -> list[str]:
+    """The K layouts whose stage-1 candidate did best on the objective (the measured ones, best first)."""
+    ranked = sorted(((value, layout) for layout, value in stage_one_scores(entries, objective).items()), reverse=True)
+    return [layout for _, layout in ranked[:k]]
 
-    Layouts within the clear margin of the best left tie, and the first of them in the search's order is taken:
-    the same for every objective, so that two layouts on one clock (ep8 and a variant that changes nothing)
-    are not each some objective's incumbent by noise alone, and varied twice."""
-    scored = [
-        (value, entry["layout"])
+
+def stage_one_scores(entries: Sequence[Mapping[str, Any]], objective: str) -> dict[str, float]:
+    """Each measured stage-1 layout's figure on the objective."""
+    return {
+        entry["layout"]: value
         for entry in entries
         if entry.get("stage") == 1
         and entry["status"] == "measured"
         and (value := objective_of(entry.get("scores") or {}, objective)) is not None
-    ]
-    chosen: list[str] = []
-    while scored and len(chosen) < k:
-        best = max(value for value, _ in scored)
-        tied = next(item for item in scored if item[0] * (1 + clear_margin) >= best)
-        chosen.append(tied[1])
-        scored.remove(tied)
-    return chosen
+    }
 
 
 def gain(mine: Mapping[str, Any], theirs: Mapping[str, Any], objective: str, clear_margin: float) -> tuple[bool, float]:

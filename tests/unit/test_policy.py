@@ -65,6 +65,18 @@ def test_a_layout_best_for_both_objectives_is_varied_once():
     assert step.explored == {"c1": ["ep4"], "peak": ["ep4"]} and len(step.launch) == 3 == len(set(step.launch))
 
 
+def test_a_layout_another_objective_varies_is_taken_where_it_ties_and_not_where_it_is_clearly_behind():
+    """EP8 and EP4 within the clear margin at peak (by noise, as bin/rehearse's ep8 and ep8-tuned on one clock
+    were on 7 Dec 2026): EP8, already C=1's incumbent, is varied once for both. Beyond the margin, EP4."""
+    tied = [dict(e) for e in MEASURED_1]
+    tied[2]["scores"] = {"c1": 45.0, "peak": 990.0}  # EP4 +3% over EP8 at peak: within 5%
+    step = policy.next_step(LAYOUTS, tied + stage_two(), RULES)
+    assert step.explored == {"c1": ["ep8"], "peak": ["ep8"]} and len(step.launch) == 3
+    assert policy.incumbents(MEASURED_1, RULES) == {"c1": ["ep8"], "peak": ["ep4"]}  # EP4 +56% at peak
+    two = policy.Policy(top=2, clear_margin=0.05)
+    assert policy.incumbents(tied, two) == {"c1": ["ep8", "ep4"], "peak": ["ep4", "ep8"]}  # both varied anyway
+
+
 def test_stage_three_combines_per_objective_what_clearly_helped_it():
     a2, b1 = candidate_name("ep4", {"a": 2}), candidate_name("ep4", {"b": 1})
     c1_a, c1_b = candidate_name("ep8", {"a": 2}), candidate_name("ep8", {"b": 1})

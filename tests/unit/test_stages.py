@@ -71,22 +71,6 @@ def test_the_top_layouts_rank_stage_one_on_the_objective():
     assert stages.top_layouts(entries, "capacity", 2) == []
 
 
-def test_layouts_within_the_clear_margin_tie_to_the_first_in_the_search_s_order_for_every_objective():
-    """ep8 and ep8-tuned decode on one clock (bin/rehearse, 7 Dec 2026): by noise alone ep8 led at C=1 and
-    ep8-tuned in tokens per joule, so both were varied and the C=1 winner was a tie between them."""
-    entries = [
-        measured("ep8", {}, 1, 64.9, 989.0, tok_per_joule=3.94),
-        measured("ep8-tuned", {}, 1, 64.8, 989.3, tok_per_joule=3.96),
-        measured("tp8", {}, 1, 26.3, 833.9, tok_per_joule=3.2),
-    ]
-    assert [stages.top_layouts(entries, objective, 1, 0.05) for objective in ("c1", "peak", "tok_per_joule")] == [["ep8"]] * 3
-    assert stages.top_layouts(entries, "tok_per_joule", 1) == ["ep8-tuned"]  # no margin: the higher figure
-    assert stages.top_layouts(entries, "c1", 3, 0.05) == ["ep8", "ep8-tuned", "tp8"]
-    # Beyond the margin the better one is taken, wherever it stands.
-    ahead = [measured("ep8", {}, 1, 64.9, 989.0), measured("ep8-tuned", {}, 1, 70.0, 989.0)]
-    assert stages.top_layouts(ahead, "c1", 1, 0.05) == ["ep8-tuned"]
-
-
 def test_stage_three_combines_the_values_that_clearly_gained_and_keeps_the_combination_only_if_it_clearly_wins():
     flag, env = {"max-running-requests": 256}, {"env.NCCL_P2P_DISABLE": "1"}
     entries = [
