@@ -69,10 +69,11 @@ def incumbents(entries: Sequence[Entry], policy: Policy) -> dict[str, list[str]]
         varied = [layout for picks in chosen.values() for layout in picks]
         picks: list[str] = []
         for layout in stages.top_layouts(entries, objective, policy.top):
-            tied = [o for o in varied if o not in picks and score.get(o, 0.0) * (1 + policy.clear_margin) >= score[layout]]
-            pick = tied[0] if tied and layout not in varied else layout
-            if pick not in picks:
-                picks.append(pick)
+            if layout not in varied:  # a varied layout it does not clearly beat (stages.gain's margin) instead
+                clear = policy.clear_margin
+                layout = next((o for o in varied if o not in picks and score[layout] < score.get(o, 0.0) * (1 + clear)), layout)
+            if layout not in picks:
+                picks.append(layout)
         chosen[objective] = picks
     return chosen
 
