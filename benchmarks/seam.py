@@ -36,8 +36,9 @@ BENCH_VARS = (
 PREFLIGHT_ACTION = "sglang_preflight"
 VERDICT_ACTION = "sglang_args_verdict"
 READ_FILES_ACTION = "sglang_read_files"
-WAIT_ACTION = "sglang_wait_healthy"
-ACTIONS = (PREFLIGHT_ACTION, VERDICT_ACTION, READ_FILES_ACTION, WAIT_ACTION)
+WAIT_ACTION = "sglang_wait_healthy"  # a multi-node swap's health wait: the load's start, as the controller sees it
+FOLLOW_ACTION = "sglang_swap_follow"  # a one-box swap followed on the host: the load's start likewise
+ACTIONS = (PREFLIGHT_ACTION, VERDICT_ACTION, READ_FILES_ACTION, WAIT_ACTION, FOLLOW_ACTION)
 
 # Local facts (facts.d) and the facts the roles set, read back from preflight.yml's events.
 VENV_FACT = "sglang_venv"

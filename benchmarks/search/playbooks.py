@@ -162,7 +162,7 @@ def deploy(
         events.append(event)
         action = str(event.get("event_data", {}).get("task_action", ""))
         # The load begins with the host-side swap's follow-up (one box) or the controller's health wait (nodes).
-        loading = action.endswith((seam.WAIT_ACTION, "async_status"))
+        loading = action.endswith((seam.WAIT_ACTION, seam.FOLLOW_ACTION))
         if event.get("event") == "playbook_on_task_start" and loading and not said:
             said.add("loading")
             phase("loading")
