@@ -11,11 +11,11 @@ description:
     seconds for up to O(wait) seconds, and returns as soon as the job has finished. A swap is followed in one
     connection per O(wait) seconds instead of one per poll, and its end is seen within O(interval).
   - Returns what async_status returns (the job's own result once it has finished, with C(finished) true), so the
-    task is looped with C(until: result.finished).
+    task is looped until C(result.finished).
   - It only reads. Left behind by a controller that died while following, it ends within O(wait) seconds.
 options:
   jid:
-    description: The job's id (C(ansible_job_id) of the task started with C(async) and C(poll: 0)).
+    description: The job's id (C(ansible_job_id) of the task started with C(async) and C(poll=0)).
     type: str
     required: true
   async_dir:
