@@ -34,6 +34,30 @@ STAGED_SEARCH = REPO / "tests" / "integration" / "test_search.py"
 pytest_plugins = ("tests.rehearsal.fixtures", "tests.reports")
 
 
+# The box modules' minutes in a clean-clone run (8b41cb4, 7 Dec 2026, both workers busy): they are handed out
+# longest first, so that the run ends on short ones and neither worker waits long at the end for the other, nor
+# an `alone` test for the other worker's test in progress. A module not listed comes after these, in file order.
+BOX_MODULE_MINUTES = {
+    "tests/integration/test_router.py": 5.1,
+    "tests/integration/test_swap_faults.py": 4.4,
+    "tests/integration/test_deploy.py": 4.2,
+    "tests/integration/test_search_faults.py": 3.6,
+    "tests/integration/test_deploy_trust.py": 2.7,
+    "tests/integration/test_provision.py": 2.6,
+    "tests/integration/test_search_fleet.py": 2.5,
+    "tests/integration/test_search_capacity.py": 2.0,
+    "tests/integration/test_multinode.py": 1.8,
+    "tests/real/test_real_server.py": 1.4,
+    "tests/integration/test_distributed_load.py": 1.4,
+    "tests/integration/test_stopping.py": 1.2,
+    "tests/integration/test_instances.py": 1.1,
+    "tests/integration/test_benchmark_truth.py": 1.1,
+    "tests/integration/test_rehearsal_box.py": 0.5,
+    "tests/real/test_real_help.py": 0.2,
+    "tests/real/test_real_oracle.py": 0.2,
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Markers by what a test needs: `-m "not box and not servers"` is the fast loop (lint-speed unit tests),
     `-m "not box"` adds the tests that start local stand-in servers and Locust.
@@ -45,7 +69,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     2. the modules without a box or an `alone` test (stand-in servers, Locust, the unit tier), while the
        real-SGLang tier's install runs in the background (`_reaches_real_tier`);
     3. the real-SGLang tier's first module (its box provisioned with that install; the tier's other modules come
-       later), then the other box modules in file order, the `alone_inside` ones among them;
+       later), then the other box modules, longest first (BOX_MODULE_MINUTES), the `alone_inside` ones among them;
     4. the modules with `alone` tests, last: an alone test waits for the other worker's test in
        progress, and at the end the other worker has little left.
     """
@@ -58,7 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.box)
         elif integration in item.path.parents:
             item.add_marker(pytest.mark.servers)
-    items.sort(key=_scheduled(items))  # stable: file order within each rank
+    items.sort(key=_scheduled(items))  # stable: file order among equals
 
 
 def _scheduled(items: list[pytest.Item]):
@@ -68,14 +92,16 @@ def _scheduled(items: list[pytest.Item]):
     measuring = {item.path for item in items if _alone(item)}
     with_box = {item.path for item in items if item.get_closest_marker("box")}
 
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, float]:
         if item.path == STAGED_SEARCH:
-            return 0
+            return 0, 0.0
         if item.path in measuring:
-            return 4
+            return 4, 0.0
         if item.path not in with_box:
-            return 1
-        return 2 if item.path == first_real else 3
+            return 1, 0.0
+        if item.path == first_real:
+            return 2, 0.0
+        return 3, -BOX_MODULE_MINUTES.get(item.path.relative_to(REPO).as_posix(), 0.0)
 
     return rank
 
