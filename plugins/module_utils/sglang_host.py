@@ -1,6 +1,7 @@
 """What this project's modules read and do on the GPU host: a unit's state, its health, the GPUs' holders.
 
-Shared by sglang_wait_healthy, sglang_gpu_holders, sglang_swap and sglang_units (they import it as
+Shared by sglang_wait_healthy, sglang_gpu_holders, sglang_swap, sglang_units, sglang_swap_follow and
+sglang_wait_file (they import it as
 ansible.module_utils.sglang_host; ansible.cfg names this folder). Standard library only: it runs on
 the host, where neither the project nor its requirements are installed.
 """
@@ -15,7 +16,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from typing import TypeVar
 
+T = TypeVar("T")
 RunCommand = Callable[[list[str]], tuple[int, str, str]]
 
 EXIT_CGROUP = "219"  # systemd.exec(5), "Process exit codes"
@@ -81,6 +84,23 @@ def wait_healthy(
         if time.monotonic() >= deadline:
             return "timeout", status, state, restarts
         time.sleep(interval)
+
+
+def poll(
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    wait: float,
+    interval: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Read every `interval` seconds until `done` says so or `wait` seconds have gone: the last value read."""
+    deadline = clock() + wait
+    while True:
+        value = read()
+        if done(value) or clock() >= deadline:
+            return value
+        sleep(min(interval, max(deadline - clock(), 0.0)))
 
 
 def unhealthy_reason(unit: str, url: str, timeout: float, outcome: str, status: int, state: dict[str, str]) -> str:

@@ -61,10 +61,9 @@ ansible_job_id:
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_host import poll
 
 
 def job_status(path: str) -> dict | None:
@@ -85,22 +84,6 @@ def job_status(path: str) -> dict | None:
     return {**data, "started": True, "finished": True}  # the job's result
 
 
-def follow(
-    read: Callable[[], dict | None],
-    wait: float,
-    interval: float,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> dict | None:
-    """Read until the job has finished or `wait` seconds have gone; the last status read (None: no such job)."""
-    deadline = clock() + wait
-    while True:
-        status = read()
-        if status is None or status["finished"] or clock() >= deadline:
-            return status
-        sleep(min(interval, max(deadline - clock(), 0.0)))
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -113,7 +96,9 @@ def main() -> None:
     )
     jid = module.params["jid"]
     path = os.path.join(os.path.expanduser(module.params["async_dir"]), jid)
-    status = follow(lambda: job_status(path), module.params["wait"], module.params["interval"])
+    status = poll(
+        lambda: job_status(path), lambda read: read is None or read["finished"], module.params["wait"], module.params["interval"]
+    )
     if status is None:
         module.fail_json(msg=f"could not find job {jid} in {path}", ansible_job_id=jid, started=True, finished=True)
     # As async_status answers: the job's own result as the wrapper wrote it (its warnings, invocation and all),

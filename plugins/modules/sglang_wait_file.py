@@ -46,25 +46,9 @@ waited_s:
 """
 
 import time
-from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def wait_for_file(
-    read: Callable[[], str | None],
-    timeout: float,
-    interval: float,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> str | None:
-    """The file's content once `read` finds it, or None when `timeout` seconds have gone first."""
-    deadline = clock() + timeout
-    while True:
-        content = read()
-        if content is not None or clock() >= deadline:
-            return content
-        sleep(min(interval, max(deadline - clock(), 0.0)))
+from ansible.module_utils.sglang_host import poll
 
 
 def read_text(path: str) -> str | None:
@@ -85,7 +69,7 @@ def main() -> None:
         supports_check_mode=True,  # it only reads
     )
     path, started = module.params["path"], time.monotonic()
-    content = wait_for_file(lambda: read_text(path), module.params["timeout"], module.params["interval"])
+    content = poll(lambda: read_text(path), lambda read: read is not None, module.params["timeout"], module.params["interval"])
     waited = round(time.monotonic() - started, 2)
     if content is None:
         module.fail_json(msg=f"{path} did not appear within {module.params['timeout']:g} s", waited_s=waited)

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.unit.host_modules import host_module
+from tests.unit.host_modules import host_helpers, host_module
 
 
 @pytest.fixture
@@ -43,32 +43,28 @@ class Clock:
         self.now += seconds
 
 
-def test_the_follow_answers_when_the_job_ends_and_no_later_than_its_bound(follow_module):
+def test_the_poll_answers_when_done_and_no_later_than_its_bound():
+    """plugins/module_utils/sglang_host.py's poll, which both waits use."""
+    poll = host_helpers().poll
     clock = Clock()
     running, done = {"started": True, "finished": False}, {"started": True, "finished": True, "outcome": "swapped"}
     # Finished on the fourth read: answered then, after three intervals.
     reads = iter([running, running, running, done])
-    assert follow_module.follow(lambda: next(reads), 5.0, 0.1, clock, clock.sleep) == done
+    assert poll(lambda: next(reads), lambda status: status["finished"], 5.0, 0.1, clock, clock.sleep) == done
     assert clock.now == pytest.approx(0.3)
-    # Never finished: the bound ends it, the last sleep cut to fit, and it says the job still runs.
+    # Never done: the bound ends it, the last sleep cut to fit, and the last read is the answer.
     clock = Clock()
-    assert follow_module.follow(lambda: running, 1.0, 0.3, clock, clock.sleep) == running
+    assert poll(lambda: running, lambda status: status["finished"], 1.0, 0.3, clock, clock.sleep) == running
     assert clock.now == pytest.approx(1.0) and clock.slept[-1] == pytest.approx(0.1)
-    # No such job: at once.
+    # Done at the first read: at once.
     clock = Clock()
-    assert follow_module.follow(lambda: None, 5.0, 0.1, clock, clock.sleep) is None and clock.slept == []
+    assert poll(lambda: None, lambda status: status is None, 5.0, 0.1, clock, clock.sleep) is None and clock.slept == []
 
 
-def test_the_benchmarks_gate_is_read_as_soon_as_it_is_there_and_given_up_at_its_bound(monkeypatch, tmp_path):
-    """plugins/modules/sglang_wait_file.py: the wrapper's word between two levels, looked for every interval."""
+def test_the_benchmarks_gate_is_read_whole_when_it_is_there(monkeypatch, tmp_path):
+    """plugins/modules/sglang_wait_file.py: the wrapper's word between two levels (written, then renamed)."""
     gate = host_module("sglang_wait_file", monkeypatch)
     path = tmp_path / "after-16"
     assert gate.read_text(str(path)) is None
     path.write_text("go\n")
     assert gate.read_text(str(path)) == "go\n"
-    clock = Clock()
-    answers = iter([None, None, "stop"])
-    assert gate.wait_for_file(lambda: next(answers), 10.0, 0.05, clock, clock.sleep) == "stop"
-    assert clock.now == pytest.approx(0.1)
-    clock = Clock()
-    assert gate.wait_for_file(lambda: None, 1.0, 0.3, clock, clock.sleep) is None and clock.now == pytest.approx(1.0)
