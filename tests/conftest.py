@@ -101,7 +101,7 @@ def _scheduled(items: list[pytest.Item]):
             return 1, 0.0
         if item.path == first_real:
             return 2, 0.0
-        return 3, -BOX_MODULE_MINUTES.get(item.path.relative_to(REPO).as_posix(), 0.0)
+        return 3, -BOX_MODULE_MINUTES.get(item.path.as_posix().removeprefix(f"{REPO.as_posix()}/"), 0.0)
 
     return rank
 

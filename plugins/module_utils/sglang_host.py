@@ -1,9 +1,8 @@
 """What this project's modules read and do on the GPU host: a unit's state, its health, the GPUs' holders.
 
 Shared by sglang_wait_healthy, sglang_gpu_holders, sglang_swap, sglang_units, sglang_swap_follow and
-sglang_wait_file (they import it as
-ansible.module_utils.sglang_host; ansible.cfg names this folder). Standard library only: it runs on
-the host, where neither the project nor its requirements are installed.
+sglang_wait_file (they import it as ansible.module_utils.sglang_host; ansible.cfg names this folder).
+Standard library only: it runs on the host, where neither the project nor its requirements are installed.
 """
 
 from __future__ import annotations
