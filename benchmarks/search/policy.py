@@ -63,19 +63,26 @@ def incumbents(entries: Sequence[Entry], policy: Policy) -> dict[str, list[str]]
     A layout an earlier objective already varies is taken in place of one it ties with (within the clear
     margin): two layouts on one clock (ep8 and a variant that changes nothing) are not each some objective's
     incumbent by noise alone, and varied twice (bin/rehearse, 7 Dec 2026)."""
+    measured = {e["layout"]: e.get("scores") or {} for e in entries if e.get("stage") == 1 and e["status"] == "measured"}
     chosen: dict[str, list[str]] = {}
     for objective in ranked_objectives(entries, policy):
-        score = stages.stage_one_scores(entries, objective)
         varied = [layout for picks in chosen.values() for layout in picks]
         picks: list[str] = []
         for layout in stages.top_layouts(entries, objective, policy.top):
-            if layout not in varied:  # a varied layout it does not clearly beat (stages.gain's margin) instead
-                clear = policy.clear_margin
-                layout = next((o for o in varied if o not in picks and score[layout] < score.get(o, 0.0) * (1 + clear)), layout)
+            if layout not in varied:  # a varied layout it ties with instead
+                mine = measured[layout]
+                layout = next(
+                    (o for o in varied if o not in picks and _ties(mine, measured[o], objective, policy.clear_margin)), layout
+                )
             if layout not in picks:
                 picks.append(layout)
         chosen[objective] = picks
     return chosen
+
+
+def _ties(mine: Mapping[str, Any], theirs: Mapping[str, Any], objective: str, margin: float) -> bool:
+    """Whether `mine` fails to beat `theirs` clearly (stages.gain), both having a figure on the objective."""
+    return stages.objective_of(theirs, objective) is not None and not stages.gain(mine, theirs, objective, margin)[0]
 
 
 def _pending(entries: Sequence[Entry], stage: int, layouts: set[str] | None = None) -> list[str]:
