@@ -14,7 +14,8 @@ description:
   - Run it with async and poll 0 (roles/sglang_service/tasks/swap_on_host.yml) so that it runs detached on the
     host; a controller killed or interrupted mid-swap leaves the swap to finish here.
   - Holds an exclusive lock for its whole run; a second swap on the same server is refused while it runs, with
-    what runs (sglang_units refuses one before anything changes).
+    what runs (sglang_units refuses one before anything changes). A reader's shared lock (status, sglang_units)
+    is waited out for up to 2 s, so a look at that moment does not pass for a running swap.
   - It always exits successfully when the swap ran; the outcome says what happened, the caller fails the run.
 options:
   unit:
@@ -145,6 +146,7 @@ from ansible.module_utils.sglang_host import (
     gpu_indices,
     http_status,
     journal_argv,
+    poll,
     refusal,
     running_swap,
     seconds_since_start,
@@ -304,6 +306,24 @@ class Swap:
             return self.back(detail)
 
 
+# A reader (sglang_units, status, a probe) holds a shared lock for milliseconds; a swap holds it for minutes.
+LOCK_WAIT_S = 2.0
+
+
+def lock_exclusively(handle: int, wait: float = LOCK_WAIT_S) -> bool:
+    """The swap's exclusive lock, retried for `wait` seconds so that a reader looking at that moment does not
+    pass for a running swap; False when another swap holds it still."""
+
+    def take() -> bool:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    return poll(take, bool, wait, 0.02)
+
+
 def write_atomically(path: str, content: str, mode: int) -> None:
     """The whole new file or the old one, never a part (a record read by status, a unit read by systemd)."""
     directory = os.path.dirname(path) or "."
@@ -352,9 +372,7 @@ def main() -> None:
         module.exit_json(changed=False, running=None)
     os.makedirs(os.path.dirname(lock_path) or ".", exist_ok=True)
     handle = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not lock_exclusively(handle):
         holder = running_swap(lock_path) or {}
         module.fail_json(msg=refusal(lock_path, holder), running=holder)
     swap = Swap(module, handle)

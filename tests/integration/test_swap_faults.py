@@ -83,8 +83,9 @@ def wait_until(condition: Callable[[], bool], seconds: float, what: str, log: Pa
 
 
 def swap_running(box) -> bool:
-    """The host-side swap holds its lock (flock -n fails while it does)."""
-    return box.run("sudo", "flock", "--nonblock", LOCK, "true", check=False).returncode != 0
+    """The host-side swap holds its lock: a shared one, as status and sglang_units take, is refused. (An exclusive
+    probe would itself pass for a swap to a deploy that looked at that moment.)"""
+    return box.run("sudo", "flock", "--shared", "--nonblock", LOCK, "true", check=False).returncode != 0
 
 
 def healthy(port: int) -> bool:

@@ -7,6 +7,9 @@ the unit file fails with ENOSPC, and the swap must still end with one layout ser
 from __future__ import annotations
 
 import errno
+import fcntl
+import os
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -107,3 +110,22 @@ def test_a_unit_file_the_disk_refuses_to_restore_is_a_failed_rollback_that_says_
     assert result["rollback"]["error"].startswith(f"could not restore the unit file {host.params['unit_path']}")
     assert "systemctl start sglang-k26-ep8.service" not in host.calls  # not started on a unit file it never got back
     assert not Path(host.params["fact_path"]).exists()
+
+
+def test_a_reader_looking_as_the_swap_takes_its_lock_does_not_pass_for_a_running_swap(swap_module, tmp_path):
+    """status and sglang_units hold a shared lock for a moment; the swap waits that out, and only a lock held on
+    (another swap's) refuses it."""
+    lock = tmp_path / "swap.lock"
+    swap, reader = os.open(lock, os.O_RDWR | os.O_CREAT), os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(reader, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        threading.Timer(0.2, fcntl.flock, (reader, fcntl.LOCK_UN)).start()
+        assert swap_module.lock_exclusively(swap, wait=5.0)
+        with pytest.raises(BlockingIOError):  # it holds the lock now: a reader is told a swap runs
+            fcntl.flock(reader, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(swap, fcntl.LOCK_UN)
+        fcntl.flock(reader, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another swap, which keeps it
+        assert not swap_module.lock_exclusively(swap, wait=0.2)
+    finally:
+        os.close(swap)
+        os.close(reader)
