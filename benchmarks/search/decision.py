@@ -48,6 +48,7 @@ class Decision:
     clear: bool  # the layout decision
     knobs: str  # the knob decision, in words
     tied: list[tuple[str, float]] = field(default_factory=list)  # within the noise of the winner: (name, change)
+    unsettled: str | None = None  # why the figures are too noisy to call the layout clear (the winner's or rival's)
 
     def sentence(self) -> str:
         what = OBJECTIVES[self.objective].description
@@ -56,7 +57,8 @@ class Decision:
         if self.runner_up is None:
             layout = "the only layout measured"
         else:
-            verdict = "clear" if self.clear else "not clear: within the noise margin"
+            noise = f"too few samples ({self.unsettled})" if self.unsettled else "within the noise margin"
+            verdict = "clear" if self.clear else f"not clear: {noise}"
             layout = f"{100 * (self.margin or 0):+.1f}% over {self.runner_up} ({verdict})"
         said = f"{head}, {layout}; {self.knobs}"
         if self.tied:
@@ -106,6 +108,7 @@ def decide(entries: Sequence[Entry], objective: str, clear_margin: float) -> Dec
         clear=clear,
         knobs=_knobs(won, plain.get(won["layout"]), measured, objective, clear_margin),
         tied=tied,
+        unsettled=next(filter(None, (stages.unsettled(e.get("scores") or {}, objective) for e in (won, rival) if e)), None),
     )
 
 

@@ -23,6 +23,9 @@ class Objective:
     pick: Callable[[Sequence[Level], Sequence[Bound]], Level | None]  # the level (None: no figure)
     figure: Callable[[Level], float]
     asked: Callable[[Mapping[str, Any]], bool] = lambda _: True  # from a search's state or options
+    # Why the level's figure is too noisy to call anything clear on (None: it is not); a figure it names is
+    # still shown and ranked, but never wins "clear", so ties go to the plainer server.
+    unsettled: Callable[[Level], str | None] = lambda _: None
 
 
 def _best(levels: Sequence[Level], key: Callable[[Level], float]) -> Level | None:
@@ -32,6 +35,18 @@ def _best(levels: Sequence[Level], key: Callable[[Level], float]) -> Level | Non
 def _per_joule(level: Level) -> float:
     power = _power_w(level)
     return round(level["aggregate_tok_s"] / power, 4) if power else 0.0
+
+
+# A median power over fewer dmon samples than this moves by more than the clear margin from one run of a
+# level to the next (bin/rehearse's 1-3 s levels, 7 Dec 2026: ep8 with a flag +126%, then below plain ep8).
+MIN_POWER_SAMPLES = 5
+
+
+def _power_unsettled(level: Level) -> str | None:
+    samples = (level.get("gpus") or {}).get("samples")
+    if samples is None or samples >= MIN_POWER_SAMPLES:
+        return None
+    return f"{samples} of {MIN_POWER_SAMPLES} power samples a GPU at C={level['concurrency']}"
 
 
 # What the search can rank on, each reported with the concurrency that gave it (`<name>_c`). To add one: a row
@@ -66,6 +81,7 @@ OBJECTIVES: dict[str, Objective] = {
         lambda levels, slo: _best(levels, _per_joule),
         _per_joule,
         asked=lambda state: float((state.get("workload") or {}).get("gpu_interval") or 0) > 0,
+        unsettled=_power_unsettled,
     ),
 }
 
@@ -78,13 +94,17 @@ def asked(state_or_options: Mapping[str, Any]) -> dict[str, bool]:
 
 def scores(levels: Sequence[Level], slo: Sequence[Bound]) -> dict[str, Any]:
     """A candidate's figure for each objective (None where its levels do not give one) and the concurrency of
-    its level; the SLO capacity's bracket, and 95% intervals where the levels were measured with --repeats."""
+    its level, with `<name>_unsettled` where the figure is too noisy to judge; the SLO capacity's bracket, and
+    95% intervals where the levels were measured with --repeats."""
     good = [level for level in levels if usable(level)]
     out: dict[str, Any] = {}
     for name, objective in OBJECTIVES.items():
         level = objective.pick(good, slo)
         out[name] = objective.figure(level) if level else None
         out[f"{name}_c"] = level["concurrency"] if level else None
+        why = objective.unsettled(level) if level else None
+        if why:
+            out[f"{name}_unsettled"] = why
     out["capacity_bracket"] = list(bracket(levels, slo)) if slo else None
     # A winner is clear when the intervals separate.
     out["c1_ci"] = _ci(OBJECTIVES["c1"].pick(good, slo), "decode_tok_s_p50")

@@ -186,6 +186,8 @@ def _change(figure: dict[str, Any]) -> str:
         return "-"
     intervals = figure.get("intervals") or [None, None]
     said = f"{100 * figure['change']:+.1f}%"
+    if figure.get("unsettled"):
+        return said + " (too few samples)"
     return said + (" (intervals overlap)" if all(intervals) and not _apart(intervals) else "")
 
 

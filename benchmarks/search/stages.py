@@ -57,6 +57,11 @@ def objective_of(scores: Mapping[str, Any], objective: str) -> float | None:
     return float(value) if value else None
 
 
+def unsettled(scores: Mapping[str, Any], objective: str) -> str | None:
+    """Why the scores' figure on the objective is too noisy to judge (objectives.Objective.unsettled), or None."""
+    return scores.get(f"{objective}_unsettled")
+
+
 def top_layouts(entries: Sequence[Mapping[str, Any]], objective: str, k: int) -> list[str]:
     """The K layouts whose stage-1 candidate did best on the objective (the measured ones, best first)."""
     ranked = sorted(((value, layout) for layout, value in stage_one_scores(entries, objective).items()), reverse=True)
@@ -76,11 +81,13 @@ def stage_one_scores(entries: Sequence[Mapping[str, Any]], objective: str) -> di
 
 def gain(mine: Mapping[str, Any], theirs: Mapping[str, Any], objective: str, clear_margin: float) -> tuple[bool, float]:
     """Whether `mine` clearly beats `theirs` on the objective (separate 95% intervals when both were repeated,
-    else the clear margin), and by how much."""
+    else the clear margin; never where either figure is unsettled), and by how much."""
     now, was = objective_of(mine, objective), objective_of(theirs, objective)
     if now is None or was is None:
         return False, 0.0
     margin = now / was - 1
+    if unsettled(mine, objective) or unsettled(theirs, objective):
+        return False, margin
     intervals = mine.get(f"{objective}_ci"), theirs.get(f"{objective}_ci")
     if all(intervals):
         return margin > 0 and repeats.separated(*intervals), margin
@@ -126,8 +133,11 @@ def keep_combination(
     rival = max(rivals, key=lambda e: objective_of(e["scores"], objective) or 0.0)
     clear, margin = gain(mine, rival["scores"], objective, clear_margin)
     repeated = bool(mine.get(f"{objective}_ci") and rival["scores"].get(f"{objective}_ci"))
+    noisy = unsettled(mine, objective) or unsettled(rival["scores"], objective)
     rule = (
-        "the 95% intervals separate"
+        f"too few samples to judge ({noisy})"
+        if noisy
+        else "the 95% intervals separate"
         if repeated and clear
         else "the 95% intervals overlap"
         if repeated
@@ -141,7 +151,8 @@ def effects(entries: Sequence[Mapping[str, Any]], objectives: Sequence[str]) -> 
     """What each knob did: every measured candidate with values against its own layout's base, per objective.
 
     Each row: the layout, the values, the stage, and per objective the base's figure, the candidate's and
-    the change as a fraction (None where either has no figure); with --repeats, both intervals."""
+    the change as a fraction (None where either has no figure), why either figure is too noisy to judge
+    (None where neither is); with --repeats, both intervals."""
     rows = []
     for entry in entries:
         if not entry.get("overrides") or entry["status"] != "measured":
@@ -157,6 +168,7 @@ def effects(entries: Sequence[Mapping[str, Any]], objectives: Sequence[str]) -> 
                 "base": was,
                 "value": now,
                 "change": None if was is None or now is None else round(now / was - 1, 4),
+                "unsettled": unsettled(base_scores, objective) or unsettled(scores, objective),
                 "intervals": [
                     (base.get("scores") or {}).get(f"{objective}_ci"),
                     (entry.get("scores") or {}).get(f"{objective}_ci"),

@@ -5,8 +5,8 @@ preflight -> provision -> deploy ep8 -> deploy again (no change) -> benchmark ep
 a refused layout (tp2ep4) -> the same layout forced with preflight off: crash diagnosed, tp8 back ->
 preflight on the box, our verdicts beside the installed SGLang's own (one refusal, one rewrite) ->
 a layout only SGLang refuses, refused before anything stops -> status -> the layout search, staged: every
-declared layout but ep8-tuned (EP8's twin on the stand-in's clock), then a flag and an environment value on
-the best (refusals, one launch each, what each knob did, winners, the winner left serving) -> the runs compared.
+declared layout, then a flag and an environment value on the best (refusals, one launch each, what each knob
+did, winners, the winner left serving) -> the runs compared.
 
 REHEARSAL_SIMULATION=FILE replaces the simulated box (GPUs, weights, token clocks per layout; the
 stand-in's schema), to check that the search follows the clock, not the layout names.
@@ -33,11 +33,10 @@ SEARCH_LEVELS = "1,16,64"
 # The staged search's axes on the best layout for peak: a flag and an environment value (gpu_host.GPU_HOST's effects).
 # 1 decode step is SGLang's default: those candidates are their layouts' own servers, recorded, never launched.
 SEARCH_KNOBS = ("--grid", "num-continuous-decode-steps=1,4", "--grid", "env.NCCL_P2P_DISABLE=0,1", "--top", "1")
-# Every declared layout but ep8-tuned: its flags tune a real box, and on the stand-in's clock it decodes as EP8
-# does, so which of the two leads an objective is noise. The tie rule keeps one incumbent where their figures tie,
-# but tokens per joule come from one or two power samples a level: when that noise put ep8-tuned 5% ahead, both
-# were varied, and the C=1 winner was "not clear" against its twin (7 Dec 2026). test_search.py leaves it out too.
-SEARCH_LAYOUTS = ("--layouts", "tp8,pp8,ep8,ep4,tp4ep2,tp2ep4")
+# Every declared layout. ep8-tuned decodes on EP8's clock here, so which of the two leads an objective is noise:
+# the tie rule varies one of them, and tokens per joule from the one or two power samples of these short levels
+# never count as clear (objectives.MIN_POWER_SAMPLES), so that noise cannot make the other an incumbent too.
+SEARCH_LAYOUTS = ("--layouts", "tp8,pp8,ep8,ep8-tuned,ep4,tp4ep2,tp2ep4")
 OFFLINE_PREFLIGHT = {
     "layout": "ep8",
     "gpu_count": 8,

@@ -208,6 +208,36 @@ def test_tokens_per_joule_is_the_best_levels_aggregate_over_the_gpus_summed_powe
     assert asked == {"capacity": False, "goodput": False, "tok_per_joule": True}
 
 
+def test_tokens_per_joule_from_too_few_power_samples_are_shown_but_never_win_clear():
+    """A level of a few seconds gives dmon one or two samples a GPU (bin/rehearse's): the figure stands, and
+    says it is too noisy to judge; five samples or more, or a summary without a count, are judged as usual."""
+
+    def sampled(aggregate: float, watts: float, samples: int | None) -> dict:
+        at16 = level(16, aggregate)
+        at16["gpus"] = {"per_gpu": {"0": {"sm": {"mean": 50.0}, "pwr": {"mean": watts, "p50": watts}}}}
+        if samples is not None:
+            at16["gpus"]["samples"] = samples
+        return at16
+
+    two, five, uncounted = (objectives.scores([sampled(900, 600.0, n)], []) for n in (2, 5, None))
+    assert two["tok_per_joule"] == 1.5 and two["tok_per_joule_unsettled"] == "2 of 5 power samples a GPU at C=16"
+    assert "tok_per_joule_unsettled" not in five and "tok_per_joule_unsettled" not in uncounted
+    flagged = objectives.scores([sampled(1200, 600.0, 2)], [])
+    entries = [
+        entry("ep8", **two),
+        entry("ep8-k", "ep8", {"steps": 4}, **flagged),
+        entry("tp8", **objectives.scores([sampled(600, 600.0, 9)], [])),
+    ]
+    best = decision.decide(entries, "tok_per_joule", clear_margin=0.05)
+    assert (best.name, best.runner_up, best.clear) == ("ep8", "tp8", False)  # +33% with the knob: not adopted
+    assert best.knobs == "knobs: none beat plain ep8 beyond the noise"
+    assert "+50.0% over tp8 (not clear: too few samples (2 of 5 power samples a GPU at C=16))" in best.sentence()
+    settled = decision.decide(
+        [entry("ep8", **five), entry("tp8", **objectives.scores([sampled(600, 600.0, 9)], []))], "tok_per_joule", 0.05
+    )
+    assert settled.clear and "(clear)" in settled.sentence()
+
+
 def test_an_objective_added_to_the_table_is_scored_asked_and_decided_without_other_edits(monkeypatch):
     """docs/extending.md: an objective is a row of objectives.OBJECTIVES."""
     c16 = objectives.Objective(

@@ -120,3 +120,26 @@ def test_the_effects_table_says_each_knob_against_its_own_layouts_base():
     assert header == ["candidate", "layout", "values", "stage", "c1 change", "peak change", "kept"]  # no SLO, no goodput
     assert table[0][2:6] == ["num-continuous-decode-steps=4", "2", "+25.0%", "+12.0%"]
     assert table[1][2:6] == ["env.NCCL_P2P_DISABLE=1", "2", "+0.5%", "+20.0%"]
+
+
+def test_a_figure_from_too_few_power_samples_never_decides_a_knob_and_says_so():
+    """Tokens per joule from one or two dmon samples a level move by more than the margin between runs: a knob
+    +40% on them is shown, never adopted, kept or called clear; the plainer server wins the tie."""
+    noisy = {"tok_per_joule_unsettled": "2 of 5 power samples a GPU at C=16"}
+    entries = [
+        measured("ep8", {}, 1, 65.0, 900.0, tok_per_joule=0.5, **noisy),
+        measured("ep8", {"max-running-requests": 64}, 2, 65.0, 900.0, tok_per_joule=0.7, **noisy),
+        measured("ep8", {"env.NCCL_P2P_DISABLE": "1"}, 2, 65.0, 900.0, tok_per_joule=0.6),  # its base is noisy still
+    ]
+    assert stages.gain(entries[1]["scores"], entries[0]["scores"], "tok_per_joule", 0.05) == (False, pytest.approx(0.4))
+    assert stages.best_values(entries, "ep8", "tok_per_joule", 0.05) == {}
+    both = measured("ep8", {"max-running-requests": 64, "env.NCCL_P2P_DISABLE": "1"}, 3, 65.0, 900.0, tok_per_joule=0.9)
+    kept, why = stages.keep_combination(entries, both, "tok_per_joule", 0.05)
+    assert not kept and "+28.6%" in why and "too few samples to judge (2 of 5 power samples a GPU at C=16)" in why
+    assert stages.keep_combination(entries, both, "peak", 0.05)[0] is False  # the other objectives are judged as before
+    rows = stages.effects(entries, ["peak", "tok_per_joule"])
+    assert rows[0]["objectives"]["tok_per_joule"]["unsettled"] == noisy["tok_per_joule_unsettled"]
+    assert rows[0]["objectives"]["peak"]["unsettled"] is None
+    state = {"candidates": entries, "workload": {"goodput": [], "gpu_interval": 1}, "slo": []}
+    _, table = search_report.effect_rows(state)
+    assert table[0][4:7] == ["+0.0%", "+0.0%", "+40.0% (too few samples)"]  # c1, peak, tokens per joule
